@@ -1,0 +1,102 @@
+// JobConfig: the typed form of an Osprey YAML config, shared by every binary of a job.
+//
+// The same file (plus the same --set overrides) is given to the coordinator, the servers, the
+// workers and `osprey launch`, so every process sees one consistent job. LoadJobConfig validates
+// everything it reads: an unknown key, a wrong type or an out-of-range value is an
+// InvalidArgument naming the file, the key path and the problem. Cross-field checks (the model's
+// tables exist and have the right type and width) happen here too, so a bad job fails before any
+// process starts. See configs/local.yaml for a documented example of every section.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/optim/optimizer.h"
+#include "worker/data/synthetic.h"
+#include "worker/models/model_factory.h"
+
+namespace osprey::config {
+
+struct ClusterConfig {
+  int num_servers = 2;
+  int num_workers = 2;
+  std::string transport = "tcp";  // tcp | ipc: what servers listen on
+  std::string host = "127.0.0.1";  // address servers bind and advertise
+  // Where the coordinator listens. Port 0: `osprey launch` picks a free one.
+  std::string coordinator = "tcp://127.0.0.1:0";
+  std::string ipc_dir = "/tmp/osprey";
+  int heartbeat_interval_ms = 500;
+  int heartbeat_timeout_ms = 5000;  // a node silent this long is marked dead
+  int startup_timeout_ms = 60000;   // registration must complete within this
+};
+
+// How a sparse row is initialized on first pull: a pure function of (seed, table, key).
+struct InitConfig {
+  std::string type = "uniform";  // uniform (in [-scale, scale]) | normal (stddev scale) | zeros
+  float scale = 0.01f;
+  uint64_t seed = 7;
+};
+
+struct TableConfig {
+  std::string name;
+  std::string type = "sparse";  // sparse | dense
+  int dim = 16;                 // sparse: floats per row
+  uint64_t size = 0;            // dense: floats; 0 = the model's dense parameter count
+  uint64_t chunk_floats = 1 << 19;  // dense: placement chunk (2 MiB of fp32)
+  InitConfig init;
+  server::OptimizerConfig optimizer;
+};
+
+struct ModelSection {
+  models::ModelConfig model;      // type and DLRM sizes
+  std::string sparse_table = "embeddings";
+  std::string dense_table = "mlp";
+  uint64_t seed = 1;              // dense parameter initialization
+};
+
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic | criteo
+  data::SyntheticConfig synthetic;
+  std::string train_path;  // criteo TSV
+  std::string eval_path;   // criteo TSV (held out)
+};
+
+struct TrainConfig {
+  int batch_size = 256;
+  int64_t steps = 500;          // per worker
+  int64_t eval_samples = 20000;  // held-out samples evaluated by worker 0 at the end
+  int log_every_steps = 10;
+};
+
+struct ClientSection {
+  int timeout_ms = 30000;  // a request without a reply for this long fails with DeadlineExceeded
+  int max_inflight = 64;   // requests in flight per client before Push/Pull block
+};
+
+struct JobConfig {
+  std::string file;  // where it was loaded from
+  ClusterConfig cluster;
+  std::vector<TableConfig> tables;
+  ModelSection model;
+  DataConfig data;
+  TrainConfig train;
+  ClientSection client;
+  std::string log_level = "info";
+
+  // Index of the table called `name` or -1.
+  int TableIndex(const std::string& name) const;
+};
+
+// Loads `path`, applies `overrides` ("a.b.c=value"), validates, and resolves derived values
+// (a dense table of size 0 gets the model's parameter count). Errors: NotFound (no file),
+// InvalidArgument (YAML syntax with line/column, or validation as described above).
+StatusOr<JobConfig> LoadJobConfig(const std::string& path,
+                                  const std::vector<std::string>& overrides = {});
+
+// Same, from YAML text (`name` stands for the file in messages); used by tests.
+StatusOr<JobConfig> ParseJobConfig(const std::string& yaml_text, const std::string& name,
+                                   const std::vector<std::string>& overrides = {});
+
+}  // namespace osprey::config

@@ -1,0 +1,98 @@
+// Transport: the narrow interface every Osprey process talks through (after ps-lite's Van).
+//
+// A Message is three frames -- header (a serialized proto::Header), keys, values -- each a Buffer,
+// sent and received without copying the payload where the implementation allows (ZeroMQ: large
+// frames are handed to zmq_msg_init_data and received frames are wrapped, not copied).
+//
+// One Transport object is either a listener (Listen: servers, the coordinator) or a dialer
+// (Connect: workers to servers, every node to the coordinator), or both. Peers are small
+// integers: for a dialer the id Connect returned; for a listener an id the transport assigned to
+// the remote end when its first message arrived (stable for the connection's life).
+//
+// Threading: Start() spawns the transport's own I/O thread; every received Message is delivered
+// by calling the Handler on that thread, in arrival order per peer. The handler must not block
+// for long (defer slow work and reply later with Send). Send() is thread-safe and may be called
+// from any thread, including from inside the handler. Stop() joins the I/O thread; after it
+// returns no handler runs. Messages queued but not yet written when Stop() is called are dropped.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/buffer.h"
+#include "common/status.h"
+
+namespace osprey {
+
+using PeerId = int32_t;
+
+struct Message {
+  PeerId peer = -1;  // receive: who sent it; send: where it goes
+  Buffer header;
+  Buffer keys;
+  Buffer values;
+
+  size_t bytes() const { return header.size() + keys.size() + values.size(); }
+};
+
+// Counters a transport keeps; read with Transport::stats() from any thread.
+struct TransportStats {
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t malformed_received = 0;  // messages with a frame count other than 3, dropped
+  uint64_t send_failures = 0;       // Send() calls to a known peer that returned an error
+};
+
+class Transport {
+ public:
+  using Handler = std::function<void(Message&& msg)>;
+
+  virtual ~Transport() = default;
+
+  // Binds a listening endpoint ("tcp://127.0.0.1:7000", "tcp://127.0.0.1:0" for any free port,
+  // "ipc:///tmp/x.sock") and returns the endpoint actually bound (with the real port).
+  // Must be called before Start(). Errors: InvalidArgument (bad endpoint), Unavailable (in use).
+  virtual StatusOr<std::string> Listen(const std::string& endpoint) = 0;
+
+  // Opens a connection to a listener; returns the peer id to Send() to. May be called before or
+  // after Start(). Connection establishment is asynchronous (messages queue until connected).
+  virtual StatusOr<PeerId> Connect(const std::string& endpoint) = 0;
+
+  // Sets the receive handler; must be called before Start().
+  virtual void SetHandler(Handler handler) = 0;
+
+  virtual Status Start() = 0;
+  virtual void Stop() = 0;
+
+  // Queues `msg` for msg.peer. Returns NotFound for an unknown peer, FailedPrecondition when the
+  // transport is not running. Success means queued, not delivered.
+  virtual Status Send(Message msg) = 0;
+
+  virtual TransportStats stats() const = 0;
+};
+
+class InprocHub;  // inproc_transport.h
+
+// What MakeTransport builds.
+struct TransportOptions {
+  std::string kind = "zmq";  // "zmq" or "inproc"
+  int io_threads = 1;        // ZeroMQ context I/O threads
+  int sndhwm = 0;            // 0 = unlimited queue (the client bounds in-flight requests itself)
+  int rcvhwm = 0;
+  int linger_ms = 0;
+  // kind == "zmq": frames of at least this many bytes are sent zero-copy (zmq_msg_init_data);
+  // smaller ones are copied, which is cheaper than the bookkeeping below ~64 KiB.
+  size_t zero_copy_threshold = 64 << 10;
+  // kind == "inproc": the hub that connects the transports of one test; required. Transports
+  // find each other through "inproc://name" endpoints registered in this hub (no global state).
+  std::shared_ptr<InprocHub> hub;
+};
+
+// Factory: InvalidArgument for an unknown kind or an inproc transport without a hub.
+StatusOr<std::unique_ptr<Transport>> MakeTransport(const TransportOptions& options);
+
+}  // namespace osprey

@@ -1,0 +1,49 @@
+// NativeStore: the in-memory Store.
+//
+// Sparse rows live in fixed-size blocks of an arena (rows never move once created), indexed by an
+// open-addressing hash table with linear probing (16-byte slots: key + row index) that doubles at
+// 70% load. A row is `dim` weights followed by the optimizer's state. Batch operations prefetch
+// the hash slots of keys a few positions ahead, since at millions of keys per request the lookup
+// is bound by cache misses, not arithmetic.
+//
+// Thread-safety: none; see Store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "server/store.h"
+
+namespace osprey::server {
+
+class SparseTable;
+class DenseTable;
+
+class NativeStore : public Store {
+ public:
+  NativeStore();
+  ~NativeStore() override;
+
+  Status CreateTable(const StoreTableSpec& spec) override;
+  Status PullRows(uint32_t table, const uint64_t* keys, size_t n, float* out) override;
+  Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
+                  const ApplyOptions& options) override;
+  Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
+  Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
+                    const ApplyOptions& options) override;
+  Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                    const float* values) override;
+  size_t ChunkFloats(uint32_t table, uint64_t chunk) const override;
+  uint64_t num_rows(uint32_t table) const override;
+
+ private:
+  SparseTable* sparse(uint32_t table) const;
+  DenseTable* dense(uint32_t table) const;
+
+  std::vector<std::unique_ptr<SparseTable>> sparse_;  // by table id; null for dense tables
+  std::vector<std::unique_ptr<DenseTable>> dense_;    // by table id; null for sparse tables
+};
+
+}  // namespace osprey::server

@@ -1,0 +1,115 @@
+#include "server/sparse_table.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/placement.h"
+
+namespace osprey::server {
+namespace {
+
+constexpr size_t kPrefetchDistance = 8;
+
+// Uniform in [0, 1) from the top 24 bits of a 64-bit hash.
+inline float UnitFloat(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }
+
+}  // namespace
+
+SparseTable::SparseTable(uint32_t table_id, int dim, const config::InitConfig& init,
+                         std::unique_ptr<Optimizer> optimizer)
+    : table_id_(table_id),
+      dim_(dim),
+      row_floats_(dim + optimizer->state_floats(dim)),
+      init_(init),
+      optimizer_(std::move(optimizer)) {
+  slots_.assign(1024, Slot{0, kEmpty});
+  mask_ = slots_.size() - 1;
+}
+
+uint64_t SparseTable::Hash(uint64_t key) { return Mix64(key); }
+
+void SparseTable::InitialWeights(uint64_t key, float* w) const {
+  uint64_t base = Mix64(init_.seed ^ Mix64(key ^ (uint64_t{table_id_} << 56)));
+  if (init_.type == "zeros") {
+    std::memset(w, 0, sizeof(float) * dim_);
+  } else if (init_.type == "normal") {
+    for (int i = 0; i < dim_; ++i) {
+      // Box-Muller from two independent hashes of (row, i).
+      float u1 = UnitFloat(Mix64(base + 2 * i)) + 1e-7f;
+      float u2 = UnitFloat(Mix64(base + 2 * i + 1));
+      w[i] = init_.scale * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+    }
+  } else {
+    for (int i = 0; i < dim_; ++i) w[i] = init_.scale * (2.0f * UnitFloat(Mix64(base + i)) - 1.0f);
+  }
+}
+
+uint32_t SparseTable::NewRow(uint64_t key) {
+  uint32_t row = static_cast<uint32_t>(num_rows_);
+  if (row % kRowsPerBlock == 0 && row / kRowsPerBlock == blocks_.size()) {
+    blocks_.emplace_back(new float[kRowsPerBlock * row_floats_]);
+  }
+  float* p = RowPtr(row);
+  InitialWeights(key, p);
+  optimizer_->InitState(p + dim_, dim_);
+  ++num_rows_;
+  return row;
+}
+
+void SparseTable::Grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(old.size() * 2, Slot{0, kEmpty});
+  mask_ = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.row == kEmpty) continue;
+    size_t i = SlotOf(s.key);
+    while (slots_[i].row != kEmpty) i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
+}
+
+float* SparseTable::FindOrCreate(uint64_t key) {
+  size_t i = SlotOf(key);
+  while (true) {
+    Slot& s = slots_[i];
+    if (s.row == kEmpty) break;
+    if (s.key == key) return RowPtr(s.row);
+    i = (i + 1) & mask_;
+  }
+  if ((num_rows_ + 1) * 10 > slots_.size() * 7) {
+    Grow();
+    return FindOrCreate(key);
+  }
+  uint32_t row = NewRow(key);
+  slots_[i] = Slot{key, row};
+  return RowPtr(row);
+}
+
+float* SparseTable::Find(uint64_t key) const {
+  size_t i = SlotOf(key);
+  while (true) {
+    const Slot& s = slots_[i];
+    if (s.row == kEmpty) return nullptr;
+    if (s.key == key) return RowPtr(s.row);
+    i = (i + 1) & mask_;
+  }
+}
+
+void SparseTable::Pull(const uint64_t* keys, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) Prefetch(keys[i + kPrefetchDistance]);
+    std::memcpy(out + i * dim_, FindOrCreate(keys[i]), sizeof(float) * dim_);
+  }
+}
+
+void SparseTable::Push(const uint64_t* keys, size_t n, const float* grads,
+                       const ApplyOptions& options) {
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) Prefetch(keys[i + kPrefetchDistance]);
+    float* row = FindOrCreate(keys[i]);
+    optimizer_->Apply(row, row + dim_, grads + i * dim_, dim_, options);
+  }
+}
+
+}  // namespace osprey::server

@@ -1,0 +1,69 @@
+// SparseTable: rows of `dim` floats (+ optimizer state) keyed by u64, for NativeStore.
+//
+// Rows are created on first touch with a deterministic initializer: element i of the row of `key`
+// in table `table_id` is a pure function of (init.seed, table_id, key, i), so any server (or a
+// restore onto another server count) produces the same initial row.
+//
+// Thread-safety: none (one caller at a time).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "server/optim/optimizer.h"
+
+namespace osprey::server {
+
+class SparseTable {
+ public:
+  SparseTable(uint32_t table_id, int dim, const config::InitConfig& init,
+              std::unique_ptr<Optimizer> optimizer);
+
+  int dim() const { return dim_; }
+  uint64_t num_rows() const { return num_rows_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
+
+  // Copies the weights of each key's row into out[i*dim] (creating rows as needed).
+  void Pull(const uint64_t* keys, size_t n, float* out);
+  // One optimizer step per key with grads[i*dim].
+  void Push(const uint64_t* keys, size_t n, const float* grads, const ApplyOptions& options);
+
+  // The row of `key` (weights then state), created if missing. Valid until the table dies.
+  float* FindOrCreate(uint64_t key);
+  // The row of `key` or nullptr.
+  float* Find(uint64_t key) const;
+
+  // Writes the initial weights of `key` into w[0..dim).
+  void InitialWeights(uint64_t key, float* w) const;
+
+ private:
+  struct Slot {
+    uint64_t key;
+    uint32_t row;  // kEmpty when unused
+  };
+  static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
+  static constexpr size_t kRowsPerBlock = 1 << 14;
+
+  size_t SlotOf(uint64_t key) const { return (Hash(key)) & mask_; }
+  static uint64_t Hash(uint64_t key);
+  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[SlotOf(key)]); }
+  float* RowPtr(uint32_t row) const {
+    return blocks_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_floats_;
+  }
+  uint32_t NewRow(uint64_t key);
+  void Grow();
+
+  const uint32_t table_id_;
+  const int dim_;
+  const size_t row_floats_;  // dim + state floats
+  const config::InitConfig init_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  uint64_t num_rows_ = 0;
+  std::vector<std::unique_ptr<float[]>> blocks_;
+};
+
+}  // namespace osprey::server

@@ -1,0 +1,65 @@
+// Store: where a server keeps the parameters (and optimizer state) of the shards it owns.
+//
+// Sparse tables map u64 keys to rows of `dim` floats; a row is created on first touch by a
+// deterministic initializer of (init.seed, table id, key), so the same key gets the same initial
+// row on any server. Dense tables are flat float vectors cut into chunks of chunk_floats; a store
+// holds only the chunks its server owns (the server validates ownership before calling).
+//
+// Implementations: NativeStore (in memory, native_store.h); a Redis-backed one comes with its
+// issue. The server validates every request before calling a Store, so Store methods treat bad
+// table ids / sizes as programmer errors and return Internal for them.
+//
+// Thread-safety: a Store is called from one thread at a time (the server's request thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "server/optim/optimizer.h"
+
+namespace osprey::server {
+
+struct StoreTableSpec {
+  uint32_t id = 0;
+  config::TableConfig config;
+  // Dense tables: the chunk ids this server owns (others are never asked for).
+  std::vector<uint64_t> owned_chunks;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Status CreateTable(const StoreTableSpec& spec) = 0;
+
+  // Writes the `dim` weights of each key's row to out[i*dim], creating missing rows.
+  virtual Status PullRows(uint32_t table, const uint64_t* keys, size_t n, float* out) = 0;
+  // Applies one optimizer step per key with grads[i*dim]; missing rows are created first.
+  // Duplicate keys in one call are applied in order (one step each); callers that want one
+  // merged step per key merge first.
+  virtual Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
+                          const ApplyOptions& options) = 0;
+
+  // Dense: `chunks` are chunk ids; values are the chunks' floats concatenated in that order.
+  virtual Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) = 0;
+  virtual Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
+                            const ApplyOptions& options) = 0;
+  // Sets chunk values unless the chunk was already initialized (first writer wins), so every
+  // worker may send the same initial values without coordination.
+  virtual Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                            const float* values) = 0;
+
+  // Number of floats of dense chunk `chunk` of `table` (the last chunk may be short).
+  virtual size_t ChunkFloats(uint32_t table, uint64_t chunk) const = 0;
+  virtual uint64_t num_rows(uint32_t table) const = 0;
+};
+
+// Factory: kind "native" (redis comes with its issue).
+StatusOr<std::unique_ptr<Store>> MakeStore(const std::string& kind);
+
+}  // namespace osprey::server

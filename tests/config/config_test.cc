@@ -1,0 +1,139 @@
+#include "common/config/job_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "common/config/yaml_fields.h"
+
+namespace osprey::config {
+namespace {
+
+const char* kMinimal = R"(
+tables:
+  - name: embeddings
+    type: sparse
+    dim: 16
+  - name: mlp
+    type: dense
+model:
+  type: dlrm
+  embedding_dim: 16
+  bottom_mlp: [32, 16]
+  top_mlp: [32, 1]
+)";
+
+void ExpectError(const std::string& yaml, const std::vector<std::string>& overrides,
+                 const std::string& fragment) {
+  auto job = ParseJobConfig(yaml, "test.yaml", overrides);
+  ASSERT_FALSE(job.ok()) << "expected an error containing: " << fragment;
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find(fragment), std::string::npos)
+      << "message was: " << job.status().message();
+}
+
+TEST(JobConfigTest, MinimalConfigLoadsWithDefaultsAndResolvesDenseSize) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.num_servers, 2);
+  EXPECT_EQ(job->tables.size(), 2u);
+  EXPECT_GT(job->tables[1].size, 0u);  // resolved from the model
+  EXPECT_EQ(job->TableIndex("mlp"), 1);
+  EXPECT_EQ(job->TableIndex("nope"), -1);
+}
+
+TEST(JobConfigTest, UnknownKeyNamesFileAndPath) {
+  ExpectError(std::string(kMinimal) + "cluster:\n  srvers: 3\n", {}, "test.yaml: cluster.srvers: unknown key");
+}
+
+TEST(JobConfigTest, UnknownTopLevelKey) {
+  ExpectError(std::string(kMinimal) + "trian:\n  steps: 3\n", {}, "trian: unknown key");
+}
+
+TEST(JobConfigTest, WrongTypeNamesPathAndValue) {
+  ExpectError(std::string(kMinimal) + "train:\n  steps: lots\n", {},
+              "test.yaml: train.steps: expected an integer, got 'lots'");
+}
+
+TEST(JobConfigTest, OutOfRangeValue) {
+  ExpectError(std::string(kMinimal) + "cluster:\n  servers: 0\n", {}, "cluster.servers: value 0 is out of range");
+}
+
+TEST(JobConfigTest, NegativeLearningRateInTableNamesIndex) {
+  ExpectError(kMinimal, {"tables.embeddings.optimizer.lr=-1"}, "tables[0].optimizer.lr: value -1 is out of range");
+}
+
+TEST(JobConfigTest, EnumValueMustBeKnown) {
+  ExpectError(kMinimal, {"tables.0.optimizer.type=adamw"}, "'adamw' is not one of");
+}
+
+TEST(JobConfigTest, NanIsRefused) {
+  ExpectError(kMinimal, {"tables.0.optimizer.lr=.nan"}, "expected a finite number");
+}
+
+TEST(JobConfigTest, ListExpected) {
+  ExpectError(kMinimal, {"model.bottom_mlp=16"}, "model.bottom_mlp: expected a list");
+}
+
+TEST(JobConfigTest, SectionMustBeMapping) {
+  ExpectError(std::string(kMinimal) + "cluster: 5\n", {}, "cluster: expected a mapping");
+}
+
+TEST(JobConfigTest, YamlSyntaxErrorHasLine) {
+  ExpectError("tables: [\n  - name: x\n", {}, "test.yaml:");
+}
+
+TEST(JobConfigTest, TableDimMustMatchModel) {
+  ExpectError(kMinimal, {"tables.embeddings.dim=8"}, "tables[0].dim: is 8 but model 'dlrm' needs rows of 16");
+}
+
+TEST(JobConfigTest, ModelTableMustExist) {
+  ExpectError(kMinimal, {"model.sparse_table=emb"}, "model.sparse_table: 'emb' is not a sparse table");
+}
+
+TEST(JobConfigTest, DuplicateTableName) {
+  ExpectError(kMinimal, {"tables.1.name=embeddings", "tables.1.type=sparse"}, "is used twice");
+}
+
+TEST(JobConfigTest, HeartbeatTimeoutMustExceedInterval) {
+  ExpectError(kMinimal, {"cluster.heartbeat_interval_ms=1000", "cluster.heartbeat_timeout_ms=500"},
+              "heartbeat_timeout_ms: must be larger");
+}
+
+TEST(JobConfigTest, OverridesChangeValuesAndListsAndNestedMaps) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml",
+                            {"cluster.servers=5", "train.batch_size=64", "model.top_mlp=[8, 1]",
+                             "tables.mlp.optimizer.type=adam", "tables.0.init.scale=0.5"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.num_servers, 5);
+  EXPECT_EQ(job->train.batch_size, 64);
+  EXPECT_EQ(job->model.model.dlrm.top_mlp, (std::vector<int>{8, 1}));
+  EXPECT_EQ(job->tables[1].optimizer.type, server::OptimizerType::kAdam);
+  EXPECT_FLOAT_EQ(job->tables[0].init.scale, 0.5f);
+}
+
+TEST(JobConfigTest, MalformedOverrides) {
+  ExpectError(kMinimal, {"cluster.servers"}, "expected key.path=value");
+  ExpectError(kMinimal, {"tables.nope.dim=3"}, "no element 'nope'");
+  ExpectError(kMinimal, {"train.steps=5", "train.steps.x=3"}, "below a plain value");
+}
+
+TEST(JobConfigTest, MissingFileIsNotFound) {
+  auto job = LoadJobConfig("/nonexistent/osprey.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(job.status().message().find("/nonexistent/osprey.yaml"), std::string::npos);
+}
+
+TEST(JobConfigTest, ShippedConfigsAllLoad) {
+  const char* src = std::getenv("OSPREY_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  for (const char* name : {"configs/local.yaml"}) {
+    auto job = LoadJobConfig(std::string(src) + "/" + name);
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace osprey::config

@@ -1,0 +1,389 @@
+#include "worker/client/client.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "common/placement.h"
+
+namespace osprey::worker {
+
+using Clock = std::chrono::steady_clock;
+
+struct Client::Part {
+  Ticket ticket = 0;
+  int server = 0;
+  proto::Op op = proto::OP_UNSPECIFIED;
+  uint32_t table = 0;
+  float* out = nullptr;                 // pulls: the caller's output
+  std::vector<uint32_t> positions;      // sparse pull: row index in `out` of each key sent
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // dense pull: (first float, floats) per chunk
+  size_t expect_bytes = 0;              // pulls: reply values size
+};
+
+struct Client::TicketState {
+  std::string what;
+  int remaining = 0;
+  Status status;
+  Clock::time_point deadline;
+};
+
+Client::Client(const ClientOptions& options, std::unique_ptr<Transport> transport,
+               const proto::ShardMap& shard_map)
+    : options_(options), transport_(std::move(transport)), map_(shard_map) {
+  versions_.assign(map_.tables_size(), 0);
+}
+
+Client::~Client() { Stop(); }
+
+Status Client::Start() {
+  transport_->SetHandler([this](Message&& m) { OnReply(std::move(m)); });
+  for (int i = 0; i < map_.server_endpoints_size(); ++i) {
+    auto peer = transport_->Connect(map_.server_endpoints(i));
+    if (!peer.ok()) return peer.status().WithContext("connecting to server " + std::to_string(i));
+    peers_.push_back(*peer);
+    server_of_peer_[*peer] = i;
+  }
+  return transport_->Start();
+}
+
+void Client::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    for (auto& [id, t] : tickets_) FailTicketLocked(t.get(), Aborted("client stopped"));
+    pending_.clear();
+    inflight_ = 0;
+  }
+  cv_.notify_all();
+  transport_->Stop();
+}
+
+StatusOr<uint32_t> Client::TableId(const std::string& name) const {
+  std::string names;
+  for (int i = 0; i < map_.tables_size(); ++i) {
+    if (map_.tables(i).name() == name) return static_cast<uint32_t>(i);
+    names += (names.empty() ? "" : ", ") + map_.tables(i).name();
+  }
+  return NotFound("table '" + name + "' is not in the shard map (tables: " + names + ")");
+}
+
+Status Client::CheckTable(uint32_t table, bool sparse) const {
+  if (table >= static_cast<uint32_t>(map_.tables_size())) {
+    return InvalidArgument("table id " + std::to_string(table) + " does not exist");
+  }
+  bool is_sparse = map_.tables(table).type() == proto::TABLE_SPARSE;
+  if (is_sparse != sparse) {
+    return InvalidArgument("table '" + map_.tables(table).name() + "' is " +
+                           (is_sparse ? "sparse" : "dense") + "; use the " +
+                           (is_sparse ? "sparse" : "dense") + " calls");
+  }
+  return Status::OK();
+}
+
+Ticket Client::NewTicket(const std::string& what, Status immediate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ticket id = next_ticket_++;
+  auto t = std::make_unique<TicketState>();
+  t->what = what;
+  t->status = stopped_ && immediate.ok() ? Aborted("client stopped") : immediate;
+  t->deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  tickets_[id] = std::move(t);
+  return id;
+}
+
+void Client::FailTicketLocked(TicketState* t, const Status& s) {
+  if (t->status.ok()) t->status = s;
+}
+
+void Client::SendPart(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
+                      std::unique_ptr<Part> part) {
+  uint64_t request_id;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    TicketState* t = tickets_[ticket].get();
+    bool room = cv_.wait_until(lock, t->deadline, [&] {
+      return stopped_ || inflight_ < options_.max_inflight;
+    });
+    if (!t->status.ok()) return;
+    if (stopped_ || !room) {
+      FailTicketLocked(t, stopped_ ? Aborted("client stopped")
+                                   : DeadlineExceeded(t->what + ": in-flight window (" +
+                                                      std::to_string(options_.max_inflight) +
+                                                      ") stayed full for the whole timeout"));
+      return;
+    }
+    request_id = next_request_id_++;
+    part->ticket = ticket;
+    part->server = server;
+    pending_[request_id] = std::move(part);
+    ++t->remaining;
+    ++inflight_;
+    ++stats_.requests;
+    if (header.op() != proto::OP_PULL_SPARSE && header.op() != proto::OP_PULL_DENSE) {
+      stats_.bytes_pushed += keys.size() + values.size();
+    }
+  }
+  header.set_request_id(request_id);
+  header.set_worker_rank(options_.worker_rank);
+  header.set_epoch(map_.epoch());
+  header.set_num_keys(keys.size() / sizeof(uint64_t));
+  header.set_value_bytes(values.size());
+  Message m;
+  m.peer = peers_[server];
+  m.header = SerializeHeader(header);
+  m.keys = std::move(keys);
+  m.values = std::move(values);
+  Status s = transport_->Send(std::move(m));
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.erase(request_id) > 0) {
+      --inflight_;
+      TicketState* t = tickets_[ticket].get();
+      --t->remaining;
+      FailTicketLocked(t, s.WithContext(t->what + ": sending to server " + std::to_string(server)));
+    }
+    cv_.notify_all();
+  }
+}
+
+Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out) {
+  Status bad = CheckTable(table, /*sparse=*/true);
+  Ticket ticket = NewTicket("pull of table " + std::to_string(table), bad);
+  if (!bad.ok() || n == 0) return ticket;
+  int num_servers = static_cast<int>(peers_.size());
+  std::vector<int32_t> owner(n);
+  std::vector<size_t> counts(num_servers, 0);
+  for (size_t i = 0; i < n; ++i) counts[owner[i] = ServerForKey(table, keys[i], num_servers)]++;
+  std::vector<Buffer> kbuf(num_servers);
+  std::vector<std::unique_ptr<Part>> parts(num_servers);
+  std::vector<uint64_t*> kp(num_servers);
+  for (int s = 0; s < num_servers; ++s) {
+    if (counts[s] == 0) continue;
+    kbuf[s] = Buffer::Allocate(counts[s] * sizeof(uint64_t));
+    kp[s] = reinterpret_cast<uint64_t*>(kbuf[s].mutable_data());
+    parts[s] = std::make_unique<Part>();
+    parts[s]->op = proto::OP_PULL_SPARSE;
+    parts[s]->table = table;
+    parts[s]->out = out;
+    parts[s]->positions.reserve(counts[s]);
+    parts[s]->expect_bytes = counts[s] * map_.tables(table).dim() * sizeof(float);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    int s = owner[i];
+    *kp[s]++ = keys[i];
+    parts[s]->positions.push_back(static_cast<uint32_t>(i));
+  }
+  for (int s = 0; s < num_servers; ++s) {
+    if (!parts[s]) continue;
+    proto::Header h;
+    h.set_op(proto::OP_PULL_SPARSE);
+    h.set_table(table);
+    SendPart(ticket, s, h, std::move(kbuf[s]), Buffer(), std::move(parts[s]));
+  }
+  return ticket;
+}
+
+Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
+                    int64_t clock, uint64_t version) {
+  Status bad = CheckTable(table, /*sparse=*/true);
+  Ticket ticket = NewTicket("push to table " + std::to_string(table), bad);
+  if (!bad.ok() || n == 0) return ticket;
+  int num_servers = static_cast<int>(peers_.size());
+  size_t dim = map_.tables(table).dim();
+  std::vector<int32_t> owner(n);
+  std::vector<size_t> counts(num_servers, 0);
+  for (size_t i = 0; i < n; ++i) counts[owner[i] = ServerForKey(table, keys[i], num_servers)]++;
+  std::vector<Buffer> kbuf(num_servers), vbuf(num_servers);
+  std::vector<uint64_t*> kp(num_servers);
+  std::vector<float*> vp(num_servers);
+  for (int s = 0; s < num_servers; ++s) {
+    if (counts[s] == 0) continue;
+    kbuf[s] = Buffer::Allocate(counts[s] * sizeof(uint64_t));
+    vbuf[s] = Buffer::Allocate(counts[s] * dim * sizeof(float));
+    kp[s] = reinterpret_cast<uint64_t*>(kbuf[s].mutable_data());
+    vp[s] = reinterpret_cast<float*>(vbuf[s].mutable_data());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    int s = owner[i];
+    *kp[s]++ = keys[i];
+    std::memcpy(vp[s], grads + i * dim, dim * sizeof(float));
+    vp[s] += dim;
+  }
+  for (int s = 0; s < num_servers; ++s) {
+    if (counts[s] == 0) continue;
+    proto::Header h;
+    h.set_op(proto::OP_PUSH_SPARSE);
+    h.set_table(table);
+    h.set_clock(clock);
+    h.set_version(version);
+    auto part = std::make_unique<Part>();
+    part->op = proto::OP_PUSH_SPARSE;
+    part->table = table;
+    SendPart(ticket, s, h, std::move(kbuf[s]), std::move(vbuf[s]), std::move(part));
+  }
+  return ticket;
+}
+
+Ticket Client::PullDense(uint32_t table, float* out) {
+  return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, out, 0, 0);
+}
+
+Ticket Client::PushDense(uint32_t table, const float* grads, int64_t clock, uint64_t version) {
+  return SendDense(proto::OP_PUSH_DENSE, table, grads, nullptr, nullptr, clock, version);
+}
+
+Ticket Client::PushDense(uint32_t table, const Buffer& grads, int64_t clock, uint64_t version) {
+  return SendDense(proto::OP_PUSH_DENSE, table, nullptr, &grads, nullptr, clock, version);
+}
+
+Ticket Client::InitDense(uint32_t table, const float* values) {
+  return SendDense(proto::OP_INIT_DENSE, table, values, nullptr, nullptr, 0, 0);
+}
+
+Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
+                         float* out, int64_t clock, uint64_t version) {
+  Status bad = CheckTable(table, /*sparse=*/false);
+  const char* verb = op == proto::OP_PULL_DENSE ? "dense pull of table " : "dense push to table ";
+  if (bad.ok() && in_buffer != nullptr &&
+      in_buffer->size() != map_.tables(table).size() * sizeof(float)) {
+    bad = InvalidArgument("dense push to table '" + map_.tables(table).name() + "': buffer has " +
+                          std::to_string(in_buffer->size()) + " bytes, the table needs " +
+                          std::to_string(map_.tables(table).size() * sizeof(float)));
+  }
+  Ticket ticket = NewTicket(verb + std::to_string(table), bad);
+  if (!bad.ok()) return ticket;
+  const proto::TableSpec& spec = map_.tables(table);
+  uint64_t size = spec.size(), chunk = spec.chunk_floats();
+  uint64_t num_chunks = (size + chunk - 1) / chunk;
+  int num_servers = static_cast<int>(peers_.size());
+  std::vector<std::vector<uint64_t>> chunks(num_servers);
+  for (uint64_t c = 0; c < num_chunks; ++c) chunks[ServerForChunk(table, c, num_servers)].push_back(c);
+  const float* src = in_buffer ? in_buffer->as<float>() : in;
+  for (int s = 0; s < num_servers; ++s) {
+    if (chunks[s].empty()) continue;
+    const auto& cs = chunks[s];
+    Buffer kbuf = Buffer::Copy(cs.data(), cs.size() * sizeof(uint64_t));
+    auto part = std::make_unique<Part>();
+    part->op = op;
+    part->table = table;
+    part->out = out;
+    uint64_t floats = 0;
+    bool contiguous = true;
+    for (size_t i = 0; i < cs.size(); ++i) {
+      uint64_t first = cs[i] * chunk, len = std::min(chunk, size - first);
+      part->ranges.emplace_back(first, len);
+      floats += len;
+      contiguous = contiguous && (i == 0 || cs[i] == cs[i - 1] + 1);
+    }
+    Buffer vbuf;
+    if (op == proto::OP_PULL_DENSE) {
+      part->expect_bytes = floats * sizeof(float);
+    } else if (in_buffer != nullptr && contiguous) {
+      vbuf = in_buffer->Slice(cs[0] * chunk * sizeof(float), floats * sizeof(float));
+    } else {
+      vbuf = Buffer::Allocate(floats * sizeof(float));
+      uint8_t* p = vbuf.mutable_data();
+      for (const auto& [first, len] : part->ranges) {
+        std::memcpy(p, src + first, len * sizeof(float));
+        p += len * sizeof(float);
+      }
+    }
+    proto::Header h;
+    h.set_op(op);
+    h.set_table(table);
+    h.set_clock(clock);
+    h.set_version(version);
+    SendPart(ticket, s, h, std::move(kbuf), std::move(vbuf), std::move(part));
+  }
+  return ticket;
+}
+
+void Client::OnReply(Message&& msg) {
+  auto header = ParseHeader(msg.header);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!header.ok()) {
+    ++stats_.errors;  // cannot be matched to a request; the request will time out
+    return;
+  }
+  auto it = pending_.find(header->request_id());
+  if (it == pending_.end()) return;  // its ticket already finished (timeout or error)
+  std::unique_ptr<Part> part = std::move(it->second);
+  pending_.erase(it);
+  --inflight_;
+  auto tit = tickets_.find(part->ticket);
+  TicketState* t = tit->second.get();
+  --t->remaining;
+  std::string where = t->what + " on server " + std::to_string(part->server);
+  Status s = StatusFromHeader(*header);
+  if (s.ok() && header->op() != proto::OP_REPLY) {
+    s = Internal("unexpected reply op " + std::to_string(header->op()));
+  }
+  if (s.ok() && msg.values.size() != part->expect_bytes) {
+    s = DataLoss("reply carries " + std::to_string(msg.values.size()) + " bytes, expected " +
+                 std::to_string(part->expect_bytes));
+  }
+  if (!s.ok()) {
+    ++stats_.errors;
+    FailTicketLocked(t, s.WithContext(where));
+  } else if (part->op == proto::OP_PULL_SPARSE || part->op == proto::OP_PULL_DENSE) {
+    stats_.bytes_pulled += msg.values.size();
+    const uint8_t* src = msg.values.data();
+    if (part->op == proto::OP_PULL_SPARSE) {
+      size_t row = part->expect_bytes / part->positions.size();
+      for (uint32_t pos : part->positions) {
+        std::memcpy(reinterpret_cast<uint8_t*>(part->out) + size_t{pos} * row, src, row);
+        src += row;
+      }
+    } else {
+      for (const auto& [first, len] : part->ranges) {
+        std::memcpy(part->out + first, src, len * sizeof(float));
+        src += len * sizeof(float);
+      }
+    }
+  }
+  if (s.ok() && part->table < versions_.size()) {
+    versions_[part->table] = std::max(versions_[part->table], header->version());
+  }
+  cv_.notify_all();
+}
+
+Status Client::Wait(Ticket ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) return InvalidArgument("unknown or already waited ticket");
+  TicketState* t = it->second.get();
+  bool finished = cv_.wait_until(lock, t->deadline, [&] {
+    return t->remaining == 0 || !t->status.ok() || stopped_;
+  });
+  if (!finished && t->status.ok()) {
+    t->status = DeadlineExceeded(t->what + ": no reply within " +
+                                 std::to_string(options_.timeout_ms) + " ms");
+  }
+  if (stopped_ && t->status.ok() && t->remaining > 0) t->status = Aborted("client stopped");
+  Status result = t->status;
+  // Drop the ticket's outstanding parts so late replies never touch the caller's memory.
+  for (auto p = pending_.begin(); p != pending_.end();) {
+    if (p->second->ticket == ticket) {
+      p = pending_.erase(p);
+      --inflight_;
+    } else {
+      ++p;
+    }
+  }
+  tickets_.erase(it);
+  cv_.notify_all();
+  return result;
+}
+
+uint64_t Client::version(uint32_t table) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table < versions_.size() ? versions_[table] : 0;
+}
+
+ClientStats Client::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace osprey::worker

@@ -1,0 +1,124 @@
+// Client: the parameter-server client that workers -- Osprey's own and users' training code --
+// embed. It talks to every server of a shard map through one Transport.
+//
+//   Client client(options, std::move(transport), shard_map);
+//   OSPREY_RETURN_IF_ERROR(client.Start());
+//   Ticket t = client.Pull(table, keys, n, rows);     // asynchronous
+//   ... compute ...
+//   OSPREY_RETURN_IF_ERROR(client.Wait(t));           // rows are filled now
+//
+// Every call is asynchronous and returns a Ticket; Wait(ticket) blocks until every server involved
+// replied, or a reply was an error, or options.timeout_ms passed (DeadlineExceeded naming the op,
+// table and server). A call sends ONE message per server it involves: keys are partitioned by the
+// placement function (common/placement.h), dense tables by chunk. At most options.max_inflight
+// messages are outstanding; a call that would exceed it blocks until replies arrive (or fails
+// with DeadlineExceeded after timeout_ms).
+//
+// Memory: `keys` and input floats are copied into per-server frames before the call returns,
+// except for PushDense(table, Buffer), which sends slices of the Buffer without copying. Output
+// arrays (`out`) must stay valid until Wait() returns; after Wait() returns -- with any status --
+// the client never touches them again.
+//
+// Threading: all methods are thread-safe. Replies are processed on the transport's I/O thread.
+// Every Ticket must be waited on exactly once (its bookkeeping is released by Wait).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "common/transport.h"
+#include "proto/wire.h"
+
+namespace osprey::worker {
+
+using Ticket = uint64_t;
+
+struct ClientOptions {
+  int worker_rank = 0;
+  int timeout_ms = 30000;
+  int max_inflight = 64;
+};
+
+struct ClientStats {
+  uint64_t requests = 0;
+  uint64_t bytes_pushed = 0;  // all frames of push/init requests
+  uint64_t bytes_pulled = 0;  // values frames of pull replies
+  uint64_t errors = 0;
+};
+
+class Client {
+ public:
+  Client(const ClientOptions& options, std::unique_ptr<Transport> transport,
+         const proto::ShardMap& shard_map);
+  ~Client();
+
+  // Connects to every server of the shard map and starts the transport.
+  Status Start();
+  // Stops the transport; outstanding tickets fail with Aborted.
+  void Stop();
+
+  // Table id of `name`; NotFound listing the tables when unknown.
+  StatusOr<uint32_t> TableId(const std::string& name) const;
+  const proto::ShardMap& shard_map() const { return map_; }
+
+  // Sparse rows: out[i*dim .. (i+1)*dim) receives the row of keys[i] (duplicates allowed).
+  Ticket Pull(uint32_t table, const uint64_t* keys, size_t n, float* out);
+  // Sparse gradients: grads[i*dim ..) is the gradient of keys[i]. `clock` is the worker's step;
+  // `version` the parameter version this gradient was computed from (for staleness).
+  Ticket Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
+              int64_t clock = 0, uint64_t version = 0);
+  // Dense: the whole table (table size floats).
+  Ticket PullDense(uint32_t table, float* out);
+  Ticket PushDense(uint32_t table, const float* grads, int64_t clock = 0, uint64_t version = 0);
+  // Zero-copy: `grads` (table size floats) is sent as slices of the Buffer.
+  Ticket PushDense(uint32_t table, const Buffer& grads, int64_t clock = 0, uint64_t version = 0);
+  // Gives dense chunks their initial values unless another worker already did (first wins).
+  Ticket InitDense(uint32_t table, const float* values);
+
+  Status Wait(Ticket ticket);
+
+  // Highest parameter version any reply of `table` reported.
+  uint64_t version(uint32_t table) const;
+  ClientStats stats() const;
+
+ private:
+  struct Part;         // one outstanding message
+  struct TicketState;  // one call
+
+  Ticket NewTicket(const std::string& what, Status immediate = Status::OK());
+  Ticket SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
+                   float* out, int64_t clock, uint64_t version);
+  Status CheckTable(uint32_t table, bool sparse) const;
+  // Registers `part` and sends it; failures are recorded on the ticket.
+  void SendPart(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
+                std::unique_ptr<Part> part);
+  void OnReply(Message&& msg);
+  void FailTicketLocked(TicketState* t, const Status& s);
+
+  const ClientOptions options_;
+  std::unique_ptr<Transport> transport_;
+  const proto::ShardMap map_;
+  std::vector<PeerId> peers_;        // by server rank
+  std::unordered_map<PeerId, int> server_of_peer_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t next_request_id_ = 1;                                  // GUARDED_BY(mu_)
+  Ticket next_ticket_ = 1;                                        // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, std::unique_ptr<Part>> pending_;   // GUARDED_BY(mu_) by request id
+  std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets_;  // GUARDED_BY(mu_)
+  int inflight_ = 0;                                              // GUARDED_BY(mu_)
+  bool stopped_ = false;                                          // GUARDED_BY(mu_)
+  std::vector<uint64_t> versions_;                                // GUARDED_BY(mu_)
+  ClientStats stats_;                                             // GUARDED_BY(mu_)
+};
+
+}  // namespace osprey::worker

@@ -1,0 +1,184 @@
+#include "worker/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "worker/data/criteo.h"
+#include "worker/data/metrics.h"
+#include "worker/data/synthetic.h"
+#include "worker/models/model_factory.h"
+
+namespace osprey::worker {
+namespace {
+
+// Stream id of the held-out evaluation set; training streams are the worker ranks.
+constexpr uint64_t kEvalStream = uint64_t{1} << 32;
+
+class SyntheticSource : public DataSource {
+ public:
+  explicit SyntheticSource(std::unique_ptr<data::SyntheticGenerator> gen) : gen_(std::move(gen)) {}
+  Status Next(int batch_size, data::Batch* out) override {
+    gen_->NextBatch(batch_size, out);
+    return Status::OK();
+  }
+
+ private:
+  std::unique_ptr<data::SyntheticGenerator> gen_;
+};
+
+// Reads a Criteo TSV shard; training wraps around at the end of the file (next epoch).
+class CriteoSource : public DataSource {
+ public:
+  CriteoSource(std::string path, int shard, int shards, bool wrap)
+      : path_(std::move(path)), shard_(shard), shards_(shards), wrap_(wrap) {}
+  Status Open() {
+    OSPREY_ASSIGN_OR_RETURN(reader_, data::CriteoReader::Open(path_, shard_, shards_));
+    return Status::OK();
+  }
+  Status Next(int batch_size, data::Batch* out) override {
+    OSPREY_RETURN_IF_ERROR(reader_->Next(batch_size, out));
+    if (out->size == 0 && wrap_ && !empty_pass_) {
+      empty_pass_ = true;  // a shard with no lines at all must not loop forever
+      OSPREY_RETURN_IF_ERROR(Open());
+      return Next(batch_size, out);
+    }
+    if (out->size > 0) empty_pass_ = false;
+    return Status::OK();
+  }
+
+ private:
+  std::string path_;
+  int shard_, shards_;
+  bool wrap_;
+  bool empty_pass_ = false;
+  std::unique_ptr<data::CriteoReader> reader_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DataSource>> MakeDataSource(const config::JobConfig& job, int rank,
+                                                     int num_workers, bool train) {
+  if (job.data.source == "synthetic") {
+    OSPREY_ASSIGN_OR_RETURN(auto gen, data::SyntheticGenerator::Make(
+                                          job.data.synthetic, train ? rank : kEvalStream));
+    return std::unique_ptr<DataSource>(std::make_unique<SyntheticSource>(std::move(gen)));
+  }
+  const std::string& path = train ? job.data.train_path : job.data.eval_path;
+  if (path.empty()) return InvalidArgument("data.eval_path is required to evaluate Criteo data");
+  auto src = train ? std::make_unique<CriteoSource>(path, rank, num_workers, true)
+                   : std::make_unique<CriteoSource>(path, 0, 1, false);
+  OSPREY_RETURN_IF_ERROR(src->Open());
+  return std::unique_ptr<DataSource>(std::move(src));
+}
+
+Trainer::Trainer(const config::JobConfig& job, int rank, int num_workers, Client* client)
+    : job_(job), rank_(rank), num_workers_(num_workers), client_(client) {}
+
+Status Trainer::Init() {
+  OSPREY_ASSIGN_OR_RETURN(model_, models::MakeModel(job_.model.model));
+  OSPREY_ASSIGN_OR_RETURN(data_, MakeDataSource(job_, rank_, num_workers_, /*train=*/true));
+  OSPREY_ASSIGN_OR_RETURN(sparse_table_, client_->TableId(job_.model.sparse_table));
+  OSPREY_ASSIGN_OR_RETURN(dense_table_, client_->TableId(job_.model.dense_table));
+  dim_ = model_->embedding_dim();
+  params_.resize(model_->num_dense_params());
+  dense_grad_.resize(params_.size());
+  model_->InitDense(job_.model.seed, params_.data());
+  return client_->Wait(client_->InitDense(dense_table_, params_.data()));
+}
+
+Status Trainer::WaitPushes() {
+  Status first;
+  for (Ticket t : push_tickets_) {
+    Status s = client_->Wait(t);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  push_tickets_.clear();
+  return first;
+}
+
+Status Trainer::Step(data::Batch* batch) {
+  OSPREY_RETURN_IF_ERROR(data_->Next(job_.train.batch_size, batch));
+  if (batch->size == 0) return OutOfRange("training data ended");
+  data::DedupeKeys(*batch, &keys_, &row_index_);
+  rows_.resize(keys_.size() * dim_);
+  row_grad_.resize(rows_.size());
+  probs_.resize(batch->size);
+  Ticket pull_rows = client_->Pull(sparse_table_, keys_.data(), keys_.size(), rows_.data());
+  Ticket pull_dense = client_->PullDense(dense_table_, params_.data());
+  Status s1 = client_->Wait(pull_rows);
+  Status s2 = client_->Wait(pull_dense);
+  OSPREY_RETURN_IF_ERROR(WaitPushes());  // last step's pushes; they overlapped with this pull
+  OSPREY_RETURN_IF_ERROR(s1);
+  OSPREY_RETURN_IF_ERROR(s2);
+  float loss = model_->ForwardBackward(params_.data(), rows_.data(), keys_.size(),
+                                       row_index_.data(), *batch, dense_grad_.data(),
+                                       row_grad_.data(), probs_.data());
+  if (!std::isfinite(loss)) {
+    return Internal("step " + std::to_string(step_.load()) + ": loss is not finite");
+  }
+  int64_t clock = step_.load();
+  push_tickets_.push_back(client_->Push(sparse_table_, keys_.data(), keys_.size(),
+                                        row_grad_.data(), clock, client_->version(sparse_table_)));
+  push_tickets_.push_back(client_->PushDense(dense_table_, dense_grad_.data(), clock,
+                                             client_->version(dense_table_)));
+  double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
+  loss_.store(avg);
+  samples_.fetch_add(batch->size);
+  step_.fetch_add(1);
+  return Status::OK();
+}
+
+Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
+  auto start = std::chrono::steady_clock::now();
+  data::Batch batch;
+  for (int64_t i = 0; i < job_.train.steps; ++i) {
+    Status s = Step(&batch);
+    if (s.code() == StatusCode::kOutOfRange) break;
+    OSPREY_RETURN_IF_ERROR(s);
+    if (on_log && (i + 1) % job_.train.log_every_steps == 0) on_log(progress());
+  }
+  OSPREY_RETURN_IF_ERROR(WaitPushes());
+  train_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return Status::OK();
+}
+
+StatusOr<EvalResult> Trainer::Evaluate() {
+  OSPREY_ASSIGN_OR_RETURN(auto eval, MakeDataSource(job_, rank_, num_workers_, /*train=*/false));
+  OSPREY_RETURN_IF_ERROR(client_->Wait(client_->PullDense(dense_table_, params_.data())));
+  std::vector<float> probs, labels, oracle;
+  data::Batch batch;
+  while (static_cast<int64_t>(probs.size()) < job_.train.eval_samples) {
+    int n = static_cast<int>(std::min<int64_t>(4096, job_.train.eval_samples - probs.size()));
+    OSPREY_RETURN_IF_ERROR(eval->Next(n, &batch));
+    if (batch.size == 0) break;
+    data::DedupeKeys(batch, &keys_, &row_index_);
+    rows_.resize(keys_.size() * dim_);
+    probs_.resize(batch.size);
+    OSPREY_RETURN_IF_ERROR(
+        client_->Wait(client_->Pull(sparse_table_, keys_.data(), keys_.size(), rows_.data())));
+    model_->Predict(params_.data(), rows_.data(), keys_.size(), row_index_.data(), batch,
+                    probs_.data());
+    probs.insert(probs.end(), probs_.begin(), probs_.end());
+    labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
+    oracle.insert(oracle.end(), batch.oracle_prob.begin(), batch.oracle_prob.end());
+  }
+  EvalResult r;
+  r.samples = probs.size();
+  r.auc = data::Auc(probs.data(), labels.data(), probs.size());
+  r.logloss = data::LogLoss(probs.data(), labels.data(), probs.size());
+  r.oracle_auc = oracle.size() == labels.size() && !oracle.empty()
+                     ? data::Auc(oracle.data(), labels.data(), oracle.size())
+                     : std::numeric_limits<double>::quiet_NaN();
+  return r;
+}
+
+Progress Trainer::progress() const {
+  Progress p;
+  p.step = step_.load();
+  p.samples = samples_.load();
+  p.loss = loss_.load();
+  return p;
+}
+
+}  // namespace osprey::worker

@@ -1,0 +1,94 @@
+// Trainer: the training loop of osprey-worker -- data, model, and the parameter-server client.
+//
+// One step: read a batch; dedupe its feature keys; pull the rows of those keys and the dense
+// parameters (both requests in flight together); forward/backward; push the row gradients and
+// the dense gradient (asynchronously: they complete while the next batch is read and pulled).
+// Init() gives the dense table its initial values (every worker sends the same values from
+// model.seed; the server keeps the first).
+//
+// Threading: Run/Evaluate on one thread; progress() may be read from any thread (heartbeats).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "worker/client/client.h"
+#include "worker/data/batch.h"
+#include "worker/models/model.h"
+
+namespace osprey::worker {
+
+// Where batches come from: the synthetic planted-model generator or Criteo TSV files.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // Fills `out` with `batch_size` samples (fewer only when a finite source ends; 0 = ended).
+  virtual Status Next(int batch_size, data::Batch* out) = 0;
+};
+
+// Training stream of worker `rank` (train=true) or the held-out evaluation stream (train=false).
+StatusOr<std::unique_ptr<DataSource>> MakeDataSource(const config::JobConfig& job, int rank,
+                                                     int num_workers, bool train);
+
+struct Progress {
+  int64_t step = 0;
+  uint64_t samples = 0;
+  double loss = 0;  // moving average of the batch loss
+};
+
+struct EvalResult {
+  double auc = 0;
+  double logloss = 0;
+  double oracle_auc = 0;  // NaN when the data has no known truth (Criteo)
+  uint64_t samples = 0;
+};
+
+class Trainer {
+ public:
+  // `client` is borrowed and must outlive the Trainer.
+  Trainer(const config::JobConfig& job, int rank, int num_workers, Client* client);
+
+  Status Init();
+  // Runs job.train.steps steps; `on_log` is called every log_every_steps steps.
+  Status Run(const std::function<void(const Progress&)>& on_log);
+  // Evaluates the current parameters on job.train.eval_samples held-out samples.
+  StatusOr<EvalResult> Evaluate();
+
+  Progress progress() const;
+  double train_seconds() const { return train_seconds_; }
+
+ private:
+  Status Step(data::Batch* batch);
+  Status WaitPushes();
+
+  const config::JobConfig& job_;
+  const int rank_;
+  const int num_workers_;
+  Client* client_;
+  std::unique_ptr<models::Model> model_;
+  std::unique_ptr<DataSource> data_;
+  uint32_t sparse_table_ = 0;
+  uint32_t dense_table_ = 0;
+  int dim_ = 0;
+
+  std::vector<float> params_;      // dense parameters, pulled every step
+  std::vector<float> dense_grad_;
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> row_index_;
+  std::vector<float> rows_;
+  std::vector<float> row_grad_;
+  std::vector<float> probs_;
+  std::vector<Ticket> push_tickets_;
+
+  std::atomic<int64_t> step_{0};
+  std::atomic<uint64_t> samples_{0};
+  std::atomic<double> loss_{0};
+  double train_seconds_ = 0;
+};
+
+}  // namespace osprey::worker
