@@ -95,7 +95,10 @@ void Server::Handle(Message&& msg) {
   bytes_in_.fetch_add(msg.bytes(), std::memory_order_relaxed);
   auto header = ParseHeader(msg.header);
   if (!header.ok()) {
-    ReplyError(msg.peer, proto::Header(), header.status());
+    // Echo the request id when the header parses at all (e.g. only the version is wrong).
+    proto::Header raw;
+    if (!raw.ParseFromArray(msg.header.data(), static_cast<int>(msg.header.size()))) raw.Clear();
+    ReplyError(msg.peer, raw, header.status());
     return;
   }
   // ZeroMQ may hand small frames back at any offset of its receive buffer; the store reads keys and

@@ -1,0 +1,125 @@
+// osprey-server: serves the shards of one server rank of a job.
+//
+//   osprey-server --config JOB.yaml [--set key=value]... [--listen ENDPOINT]
+//
+// Binds (tcp://HOST:0 or ipc://IPC_DIR/server-PID.sock unless --listen), registers with the
+// coordinator, creates its shards, serves until the coordinator says the job is over.
+// Exit codes: 0 job finished, 1 runtime failure (coordinator lost, bind failed), 2 usage/config.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "common/config/node_flags.h"
+#include "common/logging.h"
+#include "common/malloc_tuning.h"
+#include "coordinator/coordinator_client.h"
+#include "server/server.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};  // set by SIGTERM/SIGINT
+void OnSignal(int) { g_stop.store(true); }
+
+std::string DefaultEndpoint(const osprey::config::ClusterConfig& c) {
+  if (c.transport == "ipc") {
+    return "ipc://" + c.ipc_dir + "/server-" + std::to_string(getpid()) + ".sock";
+  }
+  return "tcp://" + c.host + ":0";
+}
+
+int Fail(const osprey::Status& s, const char* what) {
+  OSPREY_LOG_ERROR("{}: {}", what, s.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace osprey;
+  CLI::App app{"osprey-server: serves parameter shards of an Osprey job"};
+  config::NodeFlags flags;
+  config::AddNodeFlags(&app, &flags);
+  std::string listen;
+  app.add_option("--listen", listen, "endpoint to bind (default: from cluster.transport/host)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : config::kExitUsage;
+  }
+  auto job = config::LoadJobConfig(flags.config, flags.sets);
+  if (!job.ok()) {
+    std::fprintf(stderr, "osprey-server: %s\n", job.status().ToString().c_str());
+    return config::kExitUsage;
+  }
+  TuneMallocForLargeMessages();
+  (void)InitLogging(job->log_level, "server");
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  if (job->cluster.transport == "ipc") {
+    std::error_code ec;
+    std::filesystem::create_directories(job->cluster.ipc_dir, ec);
+    if (ec) OSPREY_LOG_WARN("cannot create {}: {}", job->cluster.ipc_dir, ec.message());
+  }
+
+  auto transport = MakeTransport(TransportOptions{});
+  if (!transport.ok()) return Fail(transport.status(), "transport");
+  auto store = server::MakeStore("native");
+  if (!store.ok()) return Fail(store.status(), "store");
+  server::Server srv(std::move(*transport), std::move(*store));
+  auto bound = srv.Listen(listen.empty() ? DefaultEndpoint(job->cluster) : listen);
+  if (!bound.ok()) return Fail(bound.status(), "listen");
+
+  auto ctransport = MakeTransport(TransportOptions{});
+  if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
+  auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
+  if (!coord.ok()) return Fail(coord.status(), "coordinator");
+  proto::RegisterRequest req;
+  req.set_role(proto::ROLE_SERVER);
+  req.set_endpoint(*bound);
+  req.set_host("localhost");
+  req.set_pid(getpid());
+  req.set_requested_rank(-1);
+  auto reg = (*coord)->Register(req, job->cluster.startup_timeout_ms);
+  if (!reg.ok()) return Fail(reg.status(), "register");
+  Status s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
+  if (!s.ok()) return Fail(s, "activate");
+  OSPREY_LOG_INFO("server {} of {} serving on {}", reg->rank(), reg->num_servers(), *bound);
+
+  std::atomic<bool> finished{false};
+  std::atomic<bool> lost{false};
+  coordinator::HeartbeatOptions hb;
+  hb.interval_ms = job->cluster.heartbeat_interval_ms;
+  hb.timeout_ms = job->cluster.heartbeat_timeout_ms;
+  int rank = reg->rank();
+  hb.fill = [rank] {
+    proto::Heartbeat h;
+    h.set_role(proto::ROLE_SERVER);
+    h.set_rank(rank);
+    return h;
+  };
+  hb.on_state = [&](const proto::ClusterState& st) {
+    if (st.shutting_down()) finished.store(true);
+  };
+  hb.on_lost = [&](const Status& why) {
+    OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
+    lost.store(true);
+  };
+  s = (*coord)->StartHeartbeats(hb);
+  if (!s.ok()) return Fail(s, "heartbeats");
+  while (!finished.load() && !lost.load() && !g_stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  server::ServerStatsSnapshot st = srv.stats();
+  OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad), {} pushes applied, {} MB in, {} MB out",
+                  rank, st.requests, st.bad_requests, st.pushes_applied, st.bytes_in >> 20,
+                  st.bytes_out >> 20);
+  (*coord)->Stop();
+  srv.Stop();
+  return lost.load() ? 1 : 0;
+}

@@ -1,0 +1,144 @@
+#include "worker/client/client.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "common/placement.h"
+#include "tests/testing/cluster_fixture.h"
+
+namespace osprey::worker {
+namespace {
+
+using testing::InprocCluster;
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.ActivateAll().ok());
+    ClientOptions o;
+    o.timeout_ms = 5000;
+    o.max_inflight = 4;
+    client_ = std::make_unique<Client>(o, cluster_.NewTransport(), cluster_.map());
+    ASSERT_TRUE(client_->Start().ok());
+  }
+  InprocCluster cluster_{3};
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientTest, SparsePullPushAcrossServersWithDuplicates) {
+  std::vector<uint64_t> keys(200);
+  std::iota(keys.begin(), keys.end(), 1000);
+  keys.push_back(1000);  // duplicate
+  std::vector<float> rows(keys.size() * 4);
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), rows.data())).ok());
+  // Keys really landed on different servers, and a duplicate gets the same row.
+  std::set<int> servers;
+  for (uint64_t k : keys) servers.insert(ServerForKey(0, k, 3));
+  EXPECT_EQ(servers.size(), 3u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(rows[i], rows[200 * 4 + i]);
+  std::vector<float> grads(200 * 4, 1.0f);
+  ASSERT_TRUE(client_->Wait(client_->Push(0, keys.data(), 200, grads.data())).ok());
+  std::vector<float> after(rows.size());
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), after.data())).ok());
+  for (size_t i = 0; i < 200 * 4; ++i) ASSERT_FLOAT_EQ(after[i], rows[i] - 0.5f);
+  EXPECT_EQ(client_->version(0), 1u);  // each server applied one push
+  EXPECT_GT(client_->stats().bytes_pulled, 0u);
+}
+
+TEST_F(ClientTest, DenseInitPushPullAndZeroCopyBuffer) {
+  std::vector<float> init(10);
+  std::iota(init.begin(), init.end(), 0.0f);
+  ASSERT_TRUE(client_->Wait(client_->InitDense(1, init.data())).ok());
+  std::vector<float> g(10, 2.0f);
+  ASSERT_TRUE(client_->Wait(client_->PushDense(1, g.data())).ok());
+  Buffer gb = Buffer::Copy(g.data(), g.size() * sizeof(float));
+  ASSERT_TRUE(client_->Wait(client_->PushDense(1, gb)).ok());
+  std::vector<float> out(10, -1.0f);
+  ASSERT_TRUE(client_->Wait(client_->PullDense(1, out.data())).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(out[i], i - 2.0f);
+}
+
+TEST_F(ClientTest, WrongTableKindFailsImmediately) {
+  float x[4];
+  uint64_t k = 1;
+  Status s = client_->Wait(client_->Pull(1, &k, 1, x));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("dense"), std::string::npos);
+  EXPECT_EQ(client_->Wait(client_->PullDense(7, x)).code(), StatusCode::kInvalidArgument);
+  Buffer wrong = Buffer::Allocate(8);
+  EXPECT_EQ(client_->Wait(client_->PushDense(1, wrong)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->TableId("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*client_->TableId("mlp"), 1u);
+}
+
+TEST_F(ClientTest, ServerErrorSurfacesWithServerName) {
+  std::vector<float> g = {0, 0, 0, std::numeric_limits<float>::infinity()};
+  uint64_t k = 3;
+  Status s = client_->Wait(client_->Push(0, &k, 1, g.data()));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("non-finite"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("on server"), std::string::npos) << s.ToString();
+}
+
+TEST_F(ClientTest, ManyOutstandingTicketsWithSmallWindow) {
+  std::vector<uint64_t> keys(50);
+  std::iota(keys.begin(), keys.end(), 0);
+  std::vector<std::vector<float>> outs(20, std::vector<float>(50 * 4));
+  std::vector<Ticket> tickets;
+  for (auto& o : outs) tickets.push_back(client_->Pull(0, keys.data(), keys.size(), o.data()));
+  for (Ticket t : tickets) ASSERT_TRUE(client_->Wait(t).ok());
+  for (auto& o : outs) EXPECT_EQ(o, outs[0]);
+  EXPECT_EQ(client_->Wait(tickets[0]).code(), StatusCode::kInvalidArgument);  // waited twice
+}
+
+TEST(ClientTimeoutTest, SilentServerGivesDeadlineExceeded) {
+  // A listener that never replies stands in for a hung server.
+  auto hub = std::make_shared<InprocHub>();
+  InprocTransport silent(hub);
+  ASSERT_TRUE(silent.Listen("inproc://silent").ok());
+  silent.SetHandler([](Message&&) {});
+  ASSERT_TRUE(silent.Start().ok());
+  auto map = testing::MakeShardMap({"inproc://silent"}, testing::TestTables());
+  ClientOptions o;
+  o.timeout_ms = 200;
+  Client client(o, std::make_unique<InprocTransport>(hub), map);
+  ASSERT_TRUE(client.Start().ok());
+  uint64_t k = 1;
+  float row[4];
+  auto start = std::chrono::steady_clock::now();
+  Status s = client.Wait(client.Pull(0, &k, 1, row));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("200 ms"), std::string::npos) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  silent.Stop();
+}
+
+TEST(ClientStopTest, StopFailsOutstandingTickets) {
+  auto hub = std::make_shared<InprocHub>();
+  InprocTransport silent(hub);
+  ASSERT_TRUE(silent.Listen("inproc://silent2").ok());
+  silent.SetHandler([](Message&&) {});
+  ASSERT_TRUE(silent.Start().ok());
+  ClientOptions o;
+  o.timeout_ms = 60000;
+  Client client(o, std::make_unique<InprocTransport>(hub),
+                testing::MakeShardMap({"inproc://silent2"}, testing::TestTables()));
+  ASSERT_TRUE(client.Start().ok());
+  uint64_t k = 1;
+  float row[4];
+  Ticket t = client.Pull(0, &k, 1, row);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    client.Stop();
+  });
+  EXPECT_EQ(client.Wait(t).code(), StatusCode::kAborted);
+  stopper.join();
+  silent.Stop();
+}
+
+}  // namespace
+}  // namespace osprey::worker

@@ -1,0 +1,140 @@
+// osprey-worker: trains the job's built-in model through the parameter servers.
+//
+//   osprey-worker --config JOB.yaml [--set key=value]...
+//
+// Registers with the coordinator (which assigns the rank and hands out the shard map), trains
+// train.steps steps, meets the other workers at the "train-done" barrier, evaluates on the
+// held-out set (rank 0), and sends its report. Exit codes: 0 success, 1 runtime failure,
+// 2 usage/config error.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+#include "common/config/node_flags.h"
+#include "common/logging.h"
+#include "common/malloc_tuning.h"
+#include "coordinator/coordinator_client.h"
+#include "worker/client/client.h"
+#include "worker/trainer.h"
+
+namespace {
+
+int Fail(const osprey::Status& s, const char* what) {
+  OSPREY_LOG_ERROR("{}: {}", what, s.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace osprey;
+  CLI::App app{"osprey-worker: trains an Osprey job's model through the parameter servers"};
+  config::NodeFlags flags;
+  config::AddNodeFlags(&app, &flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : config::kExitUsage;
+  }
+  auto job = config::LoadJobConfig(flags.config, flags.sets);
+  if (!job.ok()) {
+    std::fprintf(stderr, "osprey-worker: %s\n", job.status().ToString().c_str());
+    return config::kExitUsage;
+  }
+  TuneMallocForLargeMessages();
+  (void)InitLogging(job->log_level, "worker");
+
+  auto ctransport = MakeTransport(TransportOptions{});
+  if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
+  auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
+  if (!coord.ok()) return Fail(coord.status(), "coordinator");
+  proto::RegisterRequest req;
+  req.set_role(proto::ROLE_WORKER);
+  req.set_host("localhost");
+  req.set_pid(getpid());
+  req.set_requested_rank(-1);
+  auto reg = (*coord)->Register(req, job->cluster.startup_timeout_ms);
+  if (!reg.ok()) return Fail(reg.status(), "register");
+  const int rank = reg->rank();
+  const int num_workers = reg->num_workers();
+
+  worker::ClientOptions copts;
+  copts.worker_rank = rank;
+  copts.timeout_ms = job->client.timeout_ms;
+  copts.max_inflight = job->client.max_inflight;
+  auto dtransport = MakeTransport(TransportOptions{});
+  if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
+  worker::Client client(copts, std::move(*dtransport), reg->shard_map());
+  Status s = client.Start();
+  if (!s.ok()) return Fail(s, "client");
+
+  worker::Trainer trainer(*job, rank, num_workers, &client);
+  coordinator::HeartbeatOptions hb;
+  hb.interval_ms = job->cluster.heartbeat_interval_ms;
+  hb.timeout_ms = job->cluster.heartbeat_timeout_ms;
+  hb.fill = [&trainer, rank] {
+    worker::Progress p = trainer.progress();
+    proto::Heartbeat h;
+    h.set_role(proto::ROLE_WORKER);
+    h.set_rank(rank);
+    h.set_clock(p.step);
+    h.set_loss(p.loss);
+    h.set_samples(p.samples);
+    return h;
+  };
+  std::atomic<bool> aborted{false};
+  hb.on_state = [&](const proto::ClusterState& st) {
+    if (st.shutting_down() && !st.failure().empty() && !aborted.exchange(true)) {
+      OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
+      client.Stop();  // fails every outstanding request so training stops now
+    }
+  };
+  hb.on_lost = [&](const Status& why) {
+    OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
+    if (!aborted.exchange(true)) client.Stop();
+  };
+  s = (*coord)->StartHeartbeats(hb);
+  if (!s.ok()) return Fail(s, "heartbeats");
+
+  OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job->train.steps,
+                  job->train.batch_size);
+  s = trainer.Init();
+  if (!s.ok()) return Fail(s, "init");
+  s = trainer.Run([rank](const worker::Progress& p) {
+    OSPREY_LOG_DEBUG("worker {} step {} loss {:.4f}", rank, p.step, p.loss);
+  });
+  if (!s.ok()) return Fail(s, "training");
+  worker::Progress p = trainer.progress();
+  OSPREY_LOG_INFO("worker {} trained {} steps ({} samples) in {:.1f} s, loss {:.4f}", rank, p.step,
+                  p.samples, trainer.train_seconds(), p.loss);
+
+  s = (*coord)->Barrier("train-done", proto::ROLE_WORKER, rank, job->cluster.startup_timeout_ms * 10);
+  if (!s.ok()) return Fail(s, "barrier");
+  proto::WorkerReport report;
+  report.set_rank(rank);
+  report.set_steps(p.step);
+  report.set_samples(p.samples);
+  report.set_train_seconds(trainer.train_seconds());
+  report.set_final_loss(p.loss);
+  if (rank == 0 && job->train.eval_samples > 0) {
+    auto eval = trainer.Evaluate();
+    if (!eval.ok()) return Fail(eval.status(), "evaluation");
+    report.set_auc(eval->auc);
+    report.set_logloss(eval->logloss);
+    report.set_oracle_auc(eval->oracle_auc);
+    report.set_eval_samples(eval->samples);
+    OSPREY_LOG_INFO("held-out: AUC {:.4f} (oracle {:.4f}), logloss {:.4f} on {} samples",
+                    eval->auc, eval->oracle_auc, eval->logloss, eval->samples);
+  }
+  worker::ClientStats cs = client.stats();
+  report.set_bytes_pushed(cs.bytes_pushed);
+  report.set_bytes_pulled(cs.bytes_pulled);
+  s = (*coord)->Report(report, job->client.timeout_ms);
+  if (!s.ok()) return Fail(s, "report");
+  (*coord)->Stop();
+  client.Stop();
+  return 0;
+}
