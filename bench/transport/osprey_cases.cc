@@ -1,0 +1,173 @@
+#include "bench/transport/osprey_cases.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/transport.h"
+
+namespace osprey::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Gradients are small and finite: every push is a real, validated SGD step (lr 1e-9 on the
+// server keeps the weights from drifting anywhere interesting).
+constexpr float kGrad = 1e-3f;
+// Bounds the warm-up of very fast operations.
+constexpr int kMaxWarmupCalls = 100000;
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+Buffer GradBuffer(size_t floats) {
+  Buffer b = Buffer::Allocate(floats * sizeof(float));
+  float* p = reinterpret_cast<float*>(b.mutable_data());
+  std::fill(p, p + floats, kGrad);
+  return b;
+}
+
+// Waits every ticket (each must be waited exactly once) and returns the first error.
+Status WaitAll(worker::Client* client, const std::vector<worker::Ticket>& tickets) {
+  Status first;
+  for (worker::Ticket t : tickets) {
+    Status s = client->Wait(t);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+// Times `push`, `pull` or one after the other, as `op` says.
+StatusOr<OpTiming> TimePushPull(BenchOp op, const std::function<Status()>& push,
+                                const std::function<Status()>& pull,
+                                const TimingOptions& options) {
+  switch (op) {
+    case BenchOp::kPush:
+      return TimeOp(push, options);
+    case BenchOp::kPull:
+      return TimeOp(pull, options);
+    case BenchOp::kPushPull:
+      return TimeOp([&]() -> Status {
+        OSPREY_RETURN_IF_ERROR(push());
+        return pull();
+      }, options);
+    default:
+      return InvalidArgument(std::string("op ") + BenchOpName(op) + " is not push/pull/pushpull");
+  }
+}
+
+}  // namespace
+
+const char* BenchOpName(BenchOp op) {
+  switch (op) {
+    case BenchOp::kPush: return "push";
+    case BenchOp::kPull: return "pull";
+    case BenchOp::kPushPull: return "pushpull";
+    case BenchOp::kPipelinedPush: return "pipelined_push";
+  }
+  return "unknown";
+}
+
+StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options) {
+  if (options.runs <= 0 || !(options.min_run_s > 0)) {
+    return InvalidArgument("runs and min_run_s must be positive");
+  }
+  // The first call pays the first touches (buffers, rows, connection); it is not part of the
+  // estimate below.
+  OSPREY_RETURN_IF_ERROR(op());
+  int calls = 0;
+  double warm = 0;
+  auto t0 = Clock::now();
+  while (calls < 2 || (warm < options.min_run_s / 2 && calls < kMaxWarmupCalls)) {
+    OSPREY_RETURN_IF_ERROR(op());
+    ++calls;
+    warm = SecondsSince(t0);
+  }
+  double per_call = warm / calls;
+  int iters = static_cast<int>(std::clamp(std::ceil(options.min_run_s / per_call), 2.0, 1e6));
+  std::vector<double> runs;
+  for (int r = 0; r < options.runs; ++r) {
+    auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) OSPREY_RETURN_IF_ERROR(op());
+    runs.push_back(SecondsSince(start));
+  }
+  return OpTiming{Median(std::move(runs)) / iters, iters};
+}
+
+StatusOr<std::unique_ptr<OspreyBench>> OspreyBench::Connect(const proto::ShardMap& map) {
+  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+                          MakeTransport(TransportOptions{}));
+  worker::ClientOptions options;
+  options.timeout_ms = 60000;
+  auto client = std::make_unique<worker::Client>(options, std::move(transport), map);
+  OSPREY_RETURN_IF_ERROR(client->Start());
+  return std::unique_ptr<OspreyBench>(new OspreyBench(std::move(client)));
+}
+
+OspreyBench::~OspreyBench() { client_->Stop(); }
+
+StatusOr<uint32_t> OspreyBench::Table(const std::string& name, bool sparse) const {
+  OSPREY_ASSIGN_OR_RETURN(uint32_t id, client_->TableId(name));
+  bool is_sparse = client_->shard_map().tables(id).type() == proto::TABLE_SPARSE;
+  if (is_sparse != sparse) {
+    return InvalidArgument("bench table '" + name + "' is not " + (sparse ? "sparse" : "dense"));
+  }
+  return id;
+}
+
+StatusOr<OpTiming> OspreyBench::Dense(const std::string& table_name, BenchOp op,
+                                      const TimingOptions& options) {
+  OSPREY_ASSIGN_OR_RETURN(uint32_t id, Table(table_name, /*sparse=*/false));
+  size_t floats = client_->shard_map().tables(id).size();
+  // Allocated once: every push sends slices of the same Buffer (zero-copy above the transport's
+  // threshold), every pull lands in the same, already faulted-in vector.
+  Buffer grads = GradBuffer(floats);
+  std::vector<float> out(floats);
+  worker::Client* c = client_.get();
+  auto push = [&] { return c->Wait(c->PushDense(id, grads)); };
+  auto pull = [&] { return c->Wait(c->PullDense(id, out.data())); };
+  return TimePushPull(op, push, pull, options);
+}
+
+StatusOr<OpTiming> OspreyBench::PipelinedPush(const std::string& table_name, int window,
+                                              const TimingOptions& options) {
+  OSPREY_ASSIGN_OR_RETURN(uint32_t id, Table(table_name, /*sparse=*/false));
+  if (window <= 0) return InvalidArgument("pipelined push window must be positive");
+  Buffer grads = GradBuffer(client_->shard_map().tables(id).size());
+  std::vector<worker::Ticket> tickets(window);
+  worker::Client* c = client_.get();
+  return TimeOp([&] {
+    for (worker::Ticket& t : tickets) t = c->PushDense(id, grads);
+    return WaitAll(c, tickets);
+  }, options);
+}
+
+StatusOr<OpTiming> OspreyBench::Sparse(const std::string& table_name, size_t num_keys,
+                                       uint64_t seed, BenchOp op, const TimingOptions& options) {
+  OSPREY_ASSIGN_OR_RETURN(uint32_t id, Table(table_name, /*sparse=*/true));
+  size_t dim = client_->shard_map().tables(id).dim();
+  std::vector<uint64_t> keys(num_keys);
+  std::mt19937_64 rng(seed);
+  for (uint64_t& k : keys) k = rng();
+  std::vector<float> grads(num_keys * dim, kGrad);
+  std::vector<float> out(num_keys * dim);
+  worker::Client* c = client_.get();
+  auto push = [&] { return c->Wait(c->Push(id, keys.data(), num_keys, grads.data())); };
+  auto pull = [&] { return c->Wait(c->Pull(id, keys.data(), num_keys, out.data())); };
+  // Creates the rows, so no timed call (warm-up included) pays row creation.
+  OSPREY_RETURN_IF_ERROR(pull());
+  return TimePushPull(op, push, pull, options);
+}
+
+}  // namespace osprey::bench

@@ -1,0 +1,81 @@
+// The client side of osprey-bench-transport: times push, pull and push+pull of dense and sparse
+// tables through a worker::Client talking to a real server (bench/transport/server_process.h).
+//
+// What one operation is (the unit median_s is per):
+//   dense push      PushDense(table, Buffer) + Wait: the zero-copy push of the whole table (one
+//                   chunk, one message); the Buffer is allocated once and reused by every push.
+//   dense pull      PullDense(table, out) + Wait into a vector allocated once.
+//   push+pull       a push, waited, then a pull of the same table, waited (a training step's
+//                   exchange); time for both.
+//   pipelined push  `window` dense pushes issued back to back, then all waited; median_s is per
+//                   batch of `window` requests.
+//   sparse push     Push(table, keys, n, grads) + Wait: one call with all n keys (one server, so
+//                   one message); the server applies an SGD step per key. Keys are random u64
+//                   from a fixed seed, created on the server by a pull before anything is timed.
+//   sparse pull     Pull(table, keys, n, out) + Wait.
+//
+// Timing (TimeOp): warm-up calls first (at least 3 and at least half a run's worth of time: first
+// touches of buffers, rows, sockets), then `runs` runs of `iters` calls, where iters is chosen
+// from the warm-up so one run lasts about min_run_s (at least 2 calls); the result is the median
+// run divided by iters.
+//
+// Threading: an OspreyBench is used by one thread. It owns a worker::Client and therefore a
+// ZeroMQ context and I/O threads; destroy it before anything forks (ServerProcess::Start and the
+// raw ZeroMQ baseline do).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "proto/wire.h"
+#include "worker/client/client.h"
+
+namespace osprey::bench {
+
+enum class BenchOp { kPush, kPull, kPushPull, kPipelinedPush };
+
+// "push", "pull", "pushpull", "pipelined_push" (the JSON names).
+const char* BenchOpName(BenchOp op);
+
+struct TimingOptions {
+  int runs = 5;
+  double min_run_s = 0.05;
+};
+
+struct OpTiming {
+  double median_s = 0;  // per operation
+  int iters = 0;        // operations per run
+};
+
+// Runs `op` as described above. Returns the first error `op` returns.
+StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options);
+
+class OspreyBench {
+ public:
+  // Starts a client (ZeroMQ transport, timeout_ms 60000) for the server(s) of `map`.
+  static StatusOr<std::unique_ptr<OspreyBench>> Connect(const proto::ShardMap& map);
+  ~OspreyBench();
+
+  // Dense table `table_name` (its whole size, one chunk): kPush, kPull or kPushPull.
+  StatusOr<OpTiming> Dense(const std::string& table_name, BenchOp op,
+                           const TimingOptions& options);
+  // `window` pushes of dense table `table_name` in flight per batch; median_s is per batch.
+  StatusOr<OpTiming> PipelinedPush(const std::string& table_name, int window,
+                                   const TimingOptions& options);
+  // Sparse table `table_name` (its dim from the map), `num_keys` random keys from `seed`.
+  StatusOr<OpTiming> Sparse(const std::string& table_name, size_t num_keys, uint64_t seed,
+                            BenchOp op, const TimingOptions& options);
+
+ private:
+  explicit OspreyBench(std::unique_ptr<worker::Client> client) : client_(std::move(client)) {}
+  // Table id of `name` after checking that it is dense (sparse == false) or sparse.
+  StatusOr<uint32_t> Table(const std::string& name, bool sparse) const;
+
+  std::unique_ptr<worker::Client> client_;
+};
+
+}  // namespace osprey::bench

@@ -1,0 +1,254 @@
+// osprey-bench-transport: push, pull and push+pull through a real osprey server in another
+// process, over tcp:// and ipc:// loopback, next to a bare ZeroMQ DEALER/ROUTER echo of the same
+// sizes (bench/transport_raw) measured in the same run as the ceiling.
+//
+//   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc]
+//
+// Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull); 16 pipelined 4 KiB
+// pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD step applied on the
+// server. Each figure is the median of --runs runs (default 5) of >= 60 ms each; what one
+// operation is and how it is timed: osprey_cases.h; the table and JSON fields: bench_report.h.
+// --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
+//
+// Process layout: the servers (one per transport) are forked first, while this process has one
+// thread. The Osprey client of each dense size is then destroyed before the raw baseline of that
+// size runs, because the baseline forks its own echo server and must do so thread-free too.
+// Exit codes: 0 fine, 1 a case failed (servers are killed and reaped on the way out), 2 usage.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/transport/bench_report.h"
+#include "bench/transport/osprey_cases.h"
+#include "bench/transport/server_process.h"
+#include "bench/transport_raw/raw_zmq_bench.h"
+#include "common/malloc_tuning.h"
+
+namespace osprey::bench {
+namespace {
+
+struct SparseCase {
+  size_t keys;
+  int dim;
+};
+
+struct Plan {
+  std::vector<size_t> dense_bytes;
+  size_t pipelined_bytes = 4096;
+  int window = 16;
+  std::vector<SparseCase> sparse;
+  TimingOptions timing;
+};
+
+Plan FullPlan() {
+  Plan p;
+  p.dense_bytes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  p.sparse = {{100000, 16}, {1000000, 16}, {1000000, 1}};
+  p.timing.runs = 5;
+  p.timing.min_run_s = 0.06;
+  return p;
+}
+
+Plan QuickPlan() {
+  Plan p;
+  p.dense_bytes = {4 << 10, 1 << 20};
+  p.sparse = {{100000, 16}};
+  p.timing.runs = 3;
+  p.timing.min_run_s = 0.02;
+  return p;
+}
+
+std::string DenseName(size_t bytes) { return "dense_" + std::to_string(bytes); }
+std::string SparseName(int dim) { return "sparse_d" + std::to_string(dim); }
+
+config::TableConfig BenchTable(const std::string& name, const std::string& type) {
+  config::TableConfig t;
+  t.name = name;
+  t.type = type;
+  t.optimizer.lr = 1e-9f;  // a real SGD step that leaves the weights where they are
+  return t;
+}
+
+// One dense table per size (one chunk each) and one sparse table per dim of the plan.
+std::vector<config::TableConfig> BenchTables(const Plan& plan) {
+  std::vector<size_t> sizes = plan.dense_bytes;
+  sizes.push_back(plan.pipelined_bytes);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::vector<config::TableConfig> tables;
+  for (size_t bytes : sizes) {
+    config::TableConfig t = BenchTable(DenseName(bytes), "dense");
+    t.size = bytes / sizeof(float);
+    t.chunk_floats = t.size;
+    tables.push_back(t);
+  }
+  std::vector<int> dims;
+  for (const SparseCase& c : plan.sparse) {
+    if (std::find(dims.begin(), dims.end(), c.dim) != dims.end()) continue;
+    dims.push_back(c.dim);
+    config::TableConfig t = BenchTable(SparseName(c.dim), "sparse");
+    t.dim = c.dim;
+    tables.push_back(t);
+  }
+  return tables;
+}
+
+void Progress(const BenchRecord& r) {
+  std::fprintf(stderr, "  [%s] %-7s %-14s bytes=%-9llu %10.1f us\n", r.transport.c_str(),
+               r.kind.c_str(), r.op.c_str(), static_cast<unsigned long long>(r.bytes),
+               r.median_us);
+}
+
+// The raw baseline with `iters` operations per run (the Osprey case's count, so both do the same
+// work). Fails when a thread is left in this process: the baseline forks.
+StatusOr<RawZmqResult> RunRaw(const std::string& transport, size_t bytes, EchoShape shape,
+                              int window, int iters, int runs) {
+  if (ThreadCount() != 1) {
+    return Internal("raw baseline must fork from a single-threaded process (" +
+                    std::to_string(ThreadCount()) + " threads)");
+  }
+  EchoBenchConfig c;
+  c.transport = transport;
+  c.bytes = bytes;
+  c.shape = shape;
+  c.window = window;
+  c.iters = iters;
+  c.runs = runs;
+  c.warmup = std::clamp(iters / 10, 2, 20) * window;
+  return RunRawZmqBench(c);
+}
+
+Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Plan& plan,
+                    size_t bytes, std::vector<BenchRecord>* out) {
+  int iters[2] = {0, 0};  // push, pull: operations per run, reused for the raw baseline
+  {
+    OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+    for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull}) {
+      OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), op, plan.timing));
+      if (op != BenchOp::kPushPull) iters[op == BenchOp::kPull] = t.iters;
+      out->push_back(MakeRecord("dense", tr, op, bytes, {}, {}, t.median_s, 1));
+      Progress(out->back());
+    }
+  }  // the client and its ZeroMQ threads are gone here
+  for (BenchOp op : {BenchOp::kPush, BenchOp::kPull}) {
+    EchoShape shape = op == BenchOp::kPush ? EchoShape::kPush : EchoShape::kPull;
+    OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw, RunRaw(tr, bytes, shape, 1,
+                                                     iters[op == BenchOp::kPull],
+                                                     plan.timing.runs));
+    out->push_back(MakeRecord("raw_zmq", tr, op, bytes, {}, {}, raw.median_us * 1e-6, 1));
+    Progress(out->back());
+  }
+  return Status::OK();
+}
+
+Status RunPipelined(const std::string& tr, const ServerProcess& server, const Plan& plan,
+                    std::vector<BenchRecord>* out) {
+  const size_t bytes = plan.pipelined_bytes;
+  const int w = plan.window;
+  OpTiming t;
+  {
+    OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+    OSPREY_ASSIGN_OR_RETURN(t, bench->PipelinedPush(DenseName(bytes), w, plan.timing));
+  }
+  out->push_back(MakeRecord("dense", tr, BenchOp::kPipelinedPush, bytes, {}, {}, t.median_s, w));
+  Progress(out->back());
+  OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw, RunRaw(tr, bytes, EchoShape::kPush, w, t.iters * w,
+                                                   plan.timing.runs));
+  out->push_back(MakeRecord("raw_zmq", tr, BenchOp::kPipelinedPush, bytes, {}, {},
+                            raw.median_us * 1e-6 * w, w));
+  Progress(out->back());
+  return Status::OK();
+}
+
+Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan& plan,
+                 std::vector<BenchRecord>* out) {
+  OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+  for (const SparseCase& c : plan.sparse) {
+    const uint64_t seed = 0x5eed0000 + c.keys + c.dim;  // fixed: the same keys every run
+    const uint64_t bytes = c.keys * (sizeof(uint64_t) + c.dim * sizeof(float));
+    for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull}) {
+      OSPREY_ASSIGN_OR_RETURN(OpTiming t,
+                              bench->Sparse(SparseName(c.dim), c.keys, seed, op, plan.timing));
+      out->push_back(MakeRecord("sparse", tr, op, bytes, c.keys, c.dim, t.median_s, 1));
+      Progress(out->back());
+    }
+  }
+  return Status::OK();
+}
+
+Status RunTransport(const std::string& tr, const ServerProcess& server, const Plan& plan,
+                    std::vector<BenchRecord>* out) {
+  std::fprintf(stderr, "%s: server %s\n", tr.c_str(), server.endpoint().c_str());
+  for (size_t bytes : plan.dense_bytes) {
+    OSPREY_RETURN_IF_ERROR(RunDenseSize(tr, server, plan, bytes, out));
+  }
+  OSPREY_RETURN_IF_ERROR(RunPipelined(tr, server, plan, out));
+  return RunSparse(tr, server, plan, out);
+}
+
+int Main(int argc, char** argv) {
+  TuneMallocForLargeMessages();  // before any thread; the forked servers inherit it
+  CLI::App app{"osprey-bench-transport: Osprey push/pull vs raw ZeroMQ over tcp and ipc"};
+  std::string json_path;
+  int runs = 0;
+  bool quick = false;
+  std::vector<std::string> transports = {"tcp", "ipc"};
+  app.add_option("--json", json_path, "also write the results as a JSON array to PATH");
+  app.add_option("--runs", runs, "timed runs per case; the median is reported (default 5, "
+                                 "--quick 3)")->check(CLI::PositiveNumber);
+  app.add_flag("--quick", quick, "a small subset with 3 runs (smoke test, well under a minute)");
+  app.add_option("--transport", transports, "tcp and/or ipc")
+      ->check(CLI::IsMember({"tcp", "ipc"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  Plan plan = quick ? QuickPlan() : FullPlan();
+  if (runs > 0) plan.timing.runs = runs;
+  const std::vector<config::TableConfig> tables = BenchTables(plan);
+
+  // Every server is forked now, while this process is still single-threaded.
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (const std::string& tr : transports) {
+    auto sp = ServerProcess::Start(tr, tables);
+    if (!sp.ok()) {
+      std::fprintf(stderr, "osprey-bench-transport: %s server: %s\n", tr.c_str(),
+                   sp.status().ToString().c_str());
+      return 1;
+    }
+    servers.push_back(std::move(*sp));
+  }
+  std::vector<BenchRecord> records;
+  for (size_t i = 0; i < transports.size(); ++i) {
+    Status s = RunTransport(transports[i], *servers[i], plan, &records);
+    if (!s.ok()) {
+      std::fprintf(stderr, "osprey-bench-transport: %s: %s\n", transports[i].c_str(),
+                   s.ToString().c_str());
+      return 1;
+    }
+  }
+  servers.clear();
+  std::printf("osprey-bench-transport: server in a child process, 1 server, malloc tuning on; "
+              "median of %d runs of >= %.0f ms\nvs raw = raw ZeroMQ time / Osprey time "
+              "(throughput ratio; pushpull vs raw push + raw pull)\n",
+              plan.timing.runs, plan.timing.min_run_s * 1e3);
+  PrintTable(stdout, records);
+  if (!json_path.empty()) {
+    Status s = WriteJson(json_path, records);
+    if (!s.ok()) {
+      std::fprintf(stderr, "osprey-bench-transport: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace osprey::bench
+
+int main(int argc, char** argv) { return osprey::bench::Main(argc, argv); }

@@ -1,0 +1,117 @@
+// ZmqTransport: the Transport over ZeroMQ (tcp:// and ipc://), used between processes.
+//
+// Sockets: a listener is one ROUTER socket (Listen may bind it to several endpoints); a dialer
+// opens one DEALER socket per Connect()ed endpoint. Every message on the wire is the routing
+// identity (ROUTER side only) followed by exactly three frames: header, keys, values. A message
+// with any other frame count is counted in stats().malformed_received and dropped.
+//
+// Peer ids: one counter per transport hands out small non-negative ids that are never reused:
+// Connect() takes the next one for its DEALER; the ROUTER takes the next one the first time a
+// routing identity sends a message. Osprey's DEALERs set a random 8-byte routing identity, and the
+// ROUTER hands a reconnecting identity over to the new connection (ZMQ_ROUTER_HANDOVER), so the
+// listener-side id of an Osprey dialer is stable for the life of that dialer, across TCP
+// reconnects. Foreign DEALERs get ZeroMQ's per-connection identities (a new id per connection).
+//
+// Zero copy: frames of at least TransportOptions::zero_copy_threshold bytes are handed to
+// ZeroMQ with zmq_msg_init_data; a heap copy of the Buffer's owner (shared_ptr) keeps the bytes
+// alive until ZeroMQ's free callback runs (possibly on ZeroMQ's I/O thread, after Send returned).
+// Smaller frames are copied (cheaper than the bookkeeping). Received frames are not copied: the
+// Buffers of one received Message share one block that holds the zmq_msg_t's and closes them when
+// the last Buffer is dropped. Callers must not modify a Buffer's bytes after sending it.
+//
+// Threading (why it differs from a plain "I/O thread owns the sockets" design): on this class of
+// machine waking a thread on another CPU costs ~35-40 us, about one third of a 4 KB round trip,
+// so Send() does not hand messages to the I/O thread. All socket calls are made under one mutex
+// (ZeroMQ allows a socket to move between threads with a full memory barrier), and Send() writes
+// the message to ZeroMQ itself, from whatever thread calls it. The I/O thread holds the mutex
+// only while it takes one message off a socket; it runs the handler and sleeps in poll() on the
+// sockets' ZMQ_FDs and an eventfd without it. Because any socket call may consume the ZMQ_FD
+// wake-up, a Send from a thread other than the I/O thread checks ZMQ_EVENTS afterwards and wakes
+// the I/O thread through the eventfd when input became pending.
+//
+// Send() never blocks: it returns ResourceExhausted when the peer's ZeroMQ queue is at its
+// send high-water mark (options.sndhwm; 0 = unlimited, the default), Unavailable when a listener
+// peer is no longer connected (the message is counted in stats().send_failures).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/transport.h"
+
+namespace osprey {
+
+class ZmqTransport final : public Transport {
+ public:
+  // Creates the ZeroMQ context (options.io_threads I/O threads); no socket yet.
+  explicit ZmqTransport(const TransportOptions& options);
+  // Stops (if running) and closes every socket and the context.
+  ~ZmqTransport() override;
+
+  ZmqTransport(const ZmqTransport&) = delete;
+  ZmqTransport& operator=(const ZmqTransport&) = delete;
+
+  // Errors: InvalidArgument (not tcp:// or ipc://, malformed, address not local), Unavailable
+  // (address in use; for ipc also a live listener on that path), FailedPrecondition (started).
+  StatusOr<std::string> Listen(const std::string& endpoint) override;
+  // Errors: InvalidArgument (scheme or syntax), FailedPrecondition (stopped).
+  StatusOr<PeerId> Connect(const std::string& endpoint) override;
+  void SetHandler(Handler handler) override;
+  // Errors: FailedPrecondition (no handler, already started, or stopped).
+  Status Start() override;
+  // Joins the I/O thread, then closes the sockets (options.linger_ms) and the context. Idempotent.
+  // Must not be called from the handler (it would wait for itself); from there it only requests
+  // the stop, and a later Stop() or the destructor completes it.
+  void Stop() override;
+  // Thread-safe; see the header comment for errors beyond the interface's.
+  Status Send(Message msg) override;
+  TransportStats stats() const override;
+
+ private:
+  struct Peer {
+    void* socket = nullptr;   // the DEALER, or the ROUTER for a listener peer
+    std::string routing_id;   // listener peers only
+  };
+  struct Counters {
+    std::atomic<uint64_t> messages_sent{0}, messages_received{0}, bytes_sent{0},
+        bytes_received{0}, malformed_received{0}, send_failures{0};
+  };
+
+  void* NewSocket(int type);  // requires mu_
+  void Wake();
+  void Run();  // the I/O thread
+  // Takes at most one message off `socket` (requires mu_); dealer_peer is the DEALER's PeerId, or
+  // -1 for the ROUTER. Returns false when none is pending; true otherwise, with *valid telling
+  // whether *out holds a well-formed message (a malformed one is counted and dropped).
+  bool ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bool* valid);
+  void CloseSockets();  // requires mu_; the I/O thread is gone
+
+  const TransportOptions options_;
+  void* ctx_ = nullptr;
+  int wake_fd_ = -1;  // eventfd: Stop, a new socket, input pending after a Send
+  Handler handler_;   // set before Start, then read only by the I/O thread
+  std::thread io_thread_;
+  std::atomic<std::thread::id> io_thread_id_{};
+  std::atomic<bool> stop_requested_{false};
+  Counters counters_;
+
+  mutable std::mutex mu_;  // guards every ZeroMQ socket call and the fields below
+  bool started_ = false;          // GUARDED_BY(mu_)
+  bool stopped_ = false;          // GUARDED_BY(mu_)
+  bool sockets_changed_ = false;  // GUARDED_BY(mu_)
+  void* router_ = nullptr;        // GUARDED_BY(mu_)
+  std::vector<void*> sockets_;    // GUARDED_BY(mu_); router first (if any), then DEALERs
+  std::vector<PeerId> socket_peers_;  // GUARDED_BY(mu_); per sockets_ entry: DEALER's id, or -1
+  std::vector<Peer> peers_;       // GUARDED_BY(mu_); index = PeerId
+  std::unordered_map<std::string, PeerId> routing_ids_;  // GUARDED_BY(mu_)
+  std::mt19937_64 rng_;           // GUARDED_BY(mu_); DEALER routing identities
+};
+
+}  // namespace osprey

@@ -1,0 +1,174 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "common/logging.h"
+#include "coordinator/control_message.h"
+#include "proto/wire.h"
+
+namespace osprey::coordinator {
+namespace {
+
+uint64_t NewSessionId() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd();
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const config::JobConfig& config, std::unique_ptr<Transport> transport)
+    : config_(config),
+      transport_(std::move(transport)),
+      // Timeouts are checked at a tenth of the heartbeat interval, 5..100 ms.
+      tick_(std::clamp(config.cluster.heartbeat_interval_ms / 10, 5, 100)),
+      state_(config, /*session_id=*/0, Clock::now()) {}  // replaced by Start()
+
+Coordinator::~Coordinator() { Stop(); }
+
+StatusOr<std::string> Coordinator::Start(const std::string& endpoint) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) return FailedPrecondition("Coordinator::Start called twice");
+    started_ = true;
+    // The startup timeout counts from the moment the coordinator can be reached.
+    state_ = JobState(config_, NewSessionId(), Clock::now());
+  }
+  transport_->SetHandler([this](Message&& msg) { Handle(std::move(msg)); });
+  OSPREY_ASSIGN_OR_RETURN(std::string bound, transport_->Listen(endpoint));
+  OSPREY_RETURN_IF_ERROR(transport_->Start());
+  timer_ = std::thread([this] { TimerLoop(); });
+  OSPREY_LOG_INFO("coordinator listening on {} (expecting {} servers, {} workers)", bound,
+                  config_.cluster.num_servers, config_.cluster.num_workers);
+  return bound;
+}
+
+void Coordinator::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+  transport_->Stop();
+}
+
+Status Coordinator::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return over_ || stopped_; });
+  if (!over_) return Aborted("the coordinator was stopped before the job was over");
+  return state_.result();
+}
+
+Status Coordinator::WaitFor(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return over_ || stopped_; })) {
+    return DeadlineExceeded("the job is not over after " + std::to_string(timeout.count()) +
+                            " ms");
+  }
+  if (!over_) return Aborted("the coordinator was stopped before the job was over");
+  return state_.result();
+}
+
+proto::ClusterState Coordinator::State() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.Snapshot();
+}
+
+void Coordinator::UpdateOverLocked() {
+  if (!over_ && state_.over(Clock::now())) {
+    over_ = true;
+    cv_.notify_all();
+  }
+}
+
+void Coordinator::TimerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    Outbox out;
+    state_.Tick(Clock::now(), &out);
+    UpdateOverLocked();
+    if (!out.empty()) {
+      lock.unlock();
+      Send(&out);
+      lock.lock();
+    }
+    cv_.wait_for(lock, tick_, [this] { return stopped_; });
+  }
+}
+
+void Coordinator::Send(Outbox* out) {
+  for (OutgoingReply& r : *out) {
+    Message msg = r.status.ok() ? MakeReply(r.to.peer, r.to.request_id, std::move(r.payload))
+                                : MakeErrorReply(r.to.peer, r.to.request_id, r.status);
+    Status st = transport_->Send(std::move(msg));
+    // A peer that went away cannot be answered; that is not the coordinator's failure.
+    if (!st.ok()) OSPREY_LOG_DEBUG("reply to peer {} not sent: {}", r.to.peer, st.ToString());
+  }
+}
+
+void Coordinator::Handle(Message&& msg) {
+  proto::Header header;
+  Outbox out;
+  Status st = ParseRequestHeader(msg, &header).WithContext("message from peer " +
+                                                            std::to_string(msg.peer));
+  if (!st.ok()) {
+    bad_requests_.fetch_add(1);
+    OSPREY_LOG_WARN("bad request: {}", st.message());
+    out.push_back(OutgoingReply{{msg.peer, header.request_id()}, st, Buffer()});
+  } else {
+    Dispatch(msg, header, &out);
+  }
+  Send(&out);
+}
+
+void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outbox* out) {
+  const ReplyAddress from{msg.peer, header.request_id()};
+  const proto::Op op = header.op();
+  proto::RegisterRequest reg;
+  proto::Heartbeat hb;
+  proto::BarrierRequest barrier;
+  proto::WorkerReport report;
+  google::protobuf::MessageLite* body = nullptr;
+  Status valid;
+  switch (op) {
+    case proto::OP_REGISTER: body = &reg; break;
+    case proto::OP_HEARTBEAT: body = &hb; break;
+    case proto::OP_BARRIER: body = &barrier; break;
+    case proto::OP_REPORT: body = &report; break;
+    case proto::OP_CLUSTER_STATE:
+    case proto::OP_SHUTDOWN: break;
+    default: valid = Unimplemented("the coordinator does not serve " + OpName(op));
+  }
+  if (valid.ok()) valid = body != nullptr ? ParseBody(msg, op, body) : CheckNoKeys(msg, op);
+  if (!valid.ok()) {
+    bad_requests_.fetch_add(1);
+    OSPREY_LOG_WARN("bad request from peer {}: {}", msg.peer, valid.message());
+    out->push_back(OutgoingReply{from, valid, Buffer()});
+    return;
+  }
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (op) {
+    case proto::OP_REGISTER: state_.OnRegister(from, reg, now, out); break;
+    case proto::OP_HEARTBEAT: state_.OnHeartbeat(from, hb, now, out); break;
+    case proto::OP_BARRIER: state_.OnBarrier(from, barrier, now, out); break;
+    case proto::OP_REPORT: state_.OnReport(from, report, now, out); break;
+    case proto::OP_CLUSTER_STATE:
+      out->push_back(OutgoingReply{from, Status::OK(), SerializeMessage(state_.Snapshot())});
+      break;
+    case proto::OP_SHUTDOWN: {
+      // The reason travels as plain text; a runaway one is cut, not refused.
+      std::string reason(reinterpret_cast<const char*>(msg.values.data()),
+                         std::min<size_t>(msg.values.size(), 4096));
+      state_.OnShutdown(from, reason, now, out);
+      break;
+    }
+    default: break;
+  }
+  UpdateOverLocked();
+}
+
+}  // namespace osprey::coordinator

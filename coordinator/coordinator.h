@@ -1,0 +1,97 @@
+// Coordinator: the rendezvous and failure detector of one Osprey job (osprey-coordinator).
+//
+// Servers and workers talk to it through CoordinatorClient (coordinator_client.h):
+//   OP_REGISTER       RegisterRequest -> RegisterReply, held until cluster.num_servers servers
+//                     and cluster.num_workers workers have registered; then every node gets its
+//                     rank, the counts, the shard map (epoch 1) and the session id. A registration
+//                     beyond the counts or for a rank already taken is refused with OP_ERROR.
+//                     Without a complete rendezvous within cluster.startup_timeout_ms the job
+//                     fails, and the failure names who is missing.
+//   OP_HEARTBEAT      Heartbeat -> ClusterState. A node silent for cluster.heartbeat_timeout_ms is
+//                     marked dead (alive=false in every later ClusterState, logged once). A dead
+//                     server fails the job; a dead worker does not (the others go on; servers drop
+//                     it from their BSP counts by reading the state).
+//   OP_BARRIER        BarrierRequest -> empty reply once every live node of that role arrived
+//                     (a death can release it).
+//   OP_REPORT         WorkerReport -> empty reply. When every live worker reported, the state says
+//                     done and shutting_down; servers see it on their next heartbeat and exit.
+//   OP_CLUSTER_STATE  -> ClusterState; no registration needed (the launcher polls it).
+//   OP_SHUTDOWN       optional values: a reason (UTF-8 text) -> empty reply; starts shutting down,
+//                     the reason becomes the failure.
+// Every incoming message is validated; an unparsable header, a wrong protocol version, an unknown
+// op or a bad body gets an OP_ERROR reply (request_id echoed when known), is counted in
+// bad_requests(), and the coordinator keeps serving. The rules themselves live in JobState.
+//
+// Threads: the transport's I/O thread runs every handler (each is short: a state update under
+// mu_); a timer thread started by Start() applies timeouts every few tens of ms. Public methods
+// are thread-safe. Stop() (and the destructor) joins both.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "coordinator/job_state.h"
+#include "osprey.pb.h"
+
+namespace osprey::coordinator {
+
+class Coordinator {
+ public:
+  // Takes ownership of `transport` (fresh: not started, no handler). `config` is copied.
+  Coordinator(const config::JobConfig& config, std::unique_ptr<Transport> transport);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Listens on `endpoint` (port 0: any free port), starts the transport and the timer thread,
+  // and returns the bound endpoint. The startup timeout counts from here. Call once.
+  StatusOr<std::string> Start(const std::string& endpoint);
+
+  // Blocks until the job is over: done and the live servers told (or the grace period passed),
+  // failed, or shut down. Returns OK only for a successful job, Aborted with the failure
+  // otherwise. Returns at once (Aborted) when Stop() was called first.
+  Status Wait();
+  // Like Wait() but gives up after `timeout`: DeadlineExceeded when the job is not over yet.
+  Status WaitFor(std::chrono::milliseconds timeout);
+
+  // Stops the timer and the transport (pending requests get no reply). Idempotent.
+  void Stop();
+
+  // A snapshot of the state (what OP_CLUSTER_STATE returns).
+  proto::ClusterState State() const;
+  // Malformed or refused-at-the-door messages (not requests refused by the rules).
+  uint64_t bad_requests() const { return bad_requests_.load(); }
+
+ private:
+  void Handle(Message&& msg);
+  // Validates the body of one request and applies it to state_; the replies go to *out.
+  void Dispatch(const Message& msg, const proto::Header& header, Outbox* out);
+  void TimerLoop();
+  // Sends the replies; called without mu_ held.
+  void Send(Outbox* out);
+  void UpdateOverLocked();
+
+  const config::JobConfig config_;
+  const std::unique_ptr<Transport> transport_;
+  std::chrono::milliseconds tick_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  JobState state_;        // GUARDED_BY(mu_)
+  bool over_ = false;     // GUARDED_BY(mu_)
+  bool started_ = false;  // GUARDED_BY(mu_)
+  bool stopped_ = false;  // GUARDED_BY(mu_)
+
+  std::atomic<uint64_t> bad_requests_{0};
+  std::thread timer_;
+};
+
+}  // namespace osprey::coordinator

@@ -1,0 +1,94 @@
+// CoordinatorClient: what a server, a worker or the launcher embeds to talk to the coordinator.
+//
+// It owns a dialer Transport connected to the coordinator. Every call takes a timeout and returns
+// DeadlineExceeded naming the op and the endpoint when no reply came, so a node never blocks on a
+// coordinator that is gone. Error replies from the coordinator come back as their Status (a
+// refused registration: ResourceExhausted / AlreadyExists / InvalidArgument / FailedPrecondition;
+// a job that is shutting down: Aborted).
+//
+// Heartbeats run on the client's own thread: every interval it calls `fill` for the node's
+// numbers, sends them, and hands the ClusterState reply to `on_state` (where a server learns
+// which workers are dead and whether to shut down). When no heartbeat got a reply for
+// `timeout_ms`, or the coordinator refused one (e.g. the node was marked dead), `on_lost` is
+// called once with the reason and heartbeats stop; the node should then exit.
+//
+// Thread-safety: every method may be called from any thread, concurrently. The callbacks run on
+// the heartbeat thread; they must not call Stop() (it joins that thread). Stop() and the
+// destructor stop heartbeats, wake calls in flight (Unavailable) and join.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "common/transport.h"
+#include "coordinator/rpc_client.h"
+#include "osprey.pb.h"
+
+namespace osprey::coordinator {
+
+struct HeartbeatOptions {
+  int interval_ms = 500;   // cluster.heartbeat_interval_ms
+  int timeout_ms = 5000;   // cluster.heartbeat_timeout_ms: silence after which the coordinator
+                           // counts as gone
+  std::function<proto::Heartbeat()> fill;                     // required
+  std::function<void(const proto::ClusterState&)> on_state;   // optional
+  std::function<void(const Status&)> on_lost;                 // optional; called at most once
+};
+
+class CoordinatorClient {
+ public:
+  // Takes ownership of `transport` (fresh: not started, no handler) and connects it to
+  // `coordinator_endpoint` ("tcp://127.0.0.1:7000", or an inproc endpoint in tests).
+  static StatusOr<std::unique_ptr<CoordinatorClient>> Create(
+      std::unique_ptr<Transport> transport, const std::string& coordinator_endpoint);
+  ~CoordinatorClient();
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
+
+  // Blocks until every node of the job registered (the reply carries this node's rank and the
+  // shard map), the coordinator refuses, or `timeout_ms` passes.
+  StatusOr<proto::RegisterReply> Register(const proto::RegisterRequest& request, int timeout_ms);
+  // Blocks until every live node of `role` reached barrier `name`.
+  Status Barrier(const std::string& name, proto::Role role, int rank, int timeout_ms);
+  // Sends a worker's final report.
+  Status Report(const proto::WorkerReport& report, int timeout_ms);
+  // The coordinator's view of the job; needs no registration.
+  StatusOr<proto::ClusterState> GetState(int timeout_ms);
+  // Asks the coordinator to shut the job down; a non-empty `reason` marks the job failed.
+  Status RequestShutdown(const std::string& reason, int timeout_ms);
+
+  // Starts the heartbeat thread (see above). FailedPrecondition when already started or stopped,
+  // InvalidArgument without `fill` or with a non-positive interval/timeout.
+  Status StartHeartbeats(HeartbeatOptions options);
+  // Short form: timeout = 10 x interval, no on_lost (poll heartbeat_status() instead).
+  Status StartHeartbeats(int interval_ms, std::function<proto::Heartbeat()> fill,
+                         std::function<void(const proto::ClusterState&)> on_state);
+  // OK while heartbeats are answered (or not started); the reason once they were lost.
+  Status heartbeat_status() const;
+
+  void Stop();
+
+  const std::string& endpoint() const { return rpc_->endpoint(); }
+
+ private:
+  explicit CoordinatorClient(std::unique_ptr<RpcClient> rpc);
+  void HeartbeatLoop(const HeartbeatOptions& options);
+  // Records the loss and calls on_lost.
+  void Lost(const HeartbeatOptions& options, const Status& why);
+
+  const std::unique_ptr<RpcClient> rpc_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;      // GUARDED_BY(mu_)
+  bool heartbeating_ = false;  // GUARDED_BY(mu_)
+  Status heartbeat_status_;    // GUARDED_BY(mu_)
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace osprey::coordinator

@@ -1,0 +1,85 @@
+// osprey-coordinator --config FILE [--set key=value]... [--listen ENDPOINT] [--final-state PATH]
+//
+// Runs the coordinator of one job until it is over. Exit codes: 0 the job succeeded, 1 it failed
+// (or the endpoint could not be bound), 2 bad flags or a bad config. SIGTERM / SIGINT keep their
+// default action (the launcher stops the whole job that way).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "common/config/node_flags.h"
+#include "common/logging.h"
+#include "common/transport.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/final_state.h"
+
+namespace {
+
+struct Flags {
+  osprey::config::NodeFlags node;  // --config, --set
+  std::string listen;
+  std::string final_state;
+};
+
+int Run(const Flags& flags) {
+  using namespace osprey;
+  StatusOr<config::JobConfig> config = config::LoadJobConfig(flags.node.config, flags.node.sets);
+  if (!config.ok()) {
+    std::fprintf(stderr, "osprey-coordinator: %s\n", config.status().ToString().c_str());
+    return config::kExitUsage;
+  }
+  Status st = InitLogging(config->log_level, "coordinator");
+  if (!st.ok()) {
+    std::fprintf(stderr, "osprey-coordinator: %s\n", st.ToString().c_str());
+    return config::kExitUsage;
+  }
+  StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(TransportOptions{});
+  if (!transport.ok()) {
+    OSPREY_LOG_ERROR("{}", transport.status().ToString());
+    return 1;
+  }
+  coordinator::Coordinator coord(*config, std::move(transport).value());
+  const std::string endpoint = flags.listen.empty() ? config->cluster.coordinator : flags.listen;
+  StatusOr<std::string> bound = coord.Start(endpoint);
+  if (!bound.ok()) {
+    OSPREY_LOG_ERROR("cannot listen on {}: {}", endpoint, bound.status().ToString());
+    return 1;
+  }
+  std::printf("osprey-coordinator listening on %s\n", bound->c_str());
+  std::fflush(stdout);
+  Status result = coord.Wait();
+  proto::ClusterState final_state = coord.State();
+  coord.Stop();
+  if (!flags.final_state.empty()) {
+    Status written = coordinator::WriteFinalState(flags.final_state, final_state);
+    if (!written.ok()) OSPREY_LOG_ERROR("{}", written.ToString());
+  }
+  if (!result.ok()) {
+    OSPREY_LOG_ERROR("job failed: {}", result.message());
+    return 1;
+  }
+  OSPREY_LOG_INFO("job done: {} worker reports", final_state.reports_size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"osprey-coordinator: rendezvous, barriers, heartbeats and failure detection of one "
+               "Osprey job"};
+  Flags flags;
+  osprey::config::AddNodeFlags(&app, &flags.node);
+  app.add_option("--listen", flags.listen, "endpoint to listen on (default: cluster.coordinator)");
+  app.add_option("--final-state", flags.final_state,
+                 "write the final ClusterState (binary protobuf) to this file on exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : osprey::config::kExitUsage;
+  }
+  return Run(flags);
+}

@@ -1,0 +1,144 @@
+// JobState: the coordinator's rules as a plain state machine -- rendezvous, heartbeats and failure
+// detection, barriers, final reports, shutdown -- with no threads, no transport and no clock of
+// its own (every call takes `now`), so tests can drive it deterministically.
+//
+// Each On*() call handles one request and appends the replies it causes to an Outbox: usually one
+// reply to the caller, but completing the rendezvous answers every registered node and the last
+// arrival at a barrier (or a death) answers every waiter. A request that is refused gets an error
+// reply naming why; nothing here aborts.
+//
+// Rules (see also coordinator.h):
+//  - Ranks: a node's requested_rank if >= 0, otherwise the free ranks in registration order,
+//    assigned when the last node registers. Replies are held until then.
+//  - A node is expected to heartbeat from the moment the rendezvous completes; one silent for
+//    cluster.heartbeat_timeout_ms is marked dead (logged once). A dead server fails the job. A dead
+//    worker does not: the job goes on with the others, its barriers and the "every live worker
+//    reported" rule stop waiting for it. A worker that has sent its final report may exit; it is
+//    no longer expected to heartbeat and stays alive in the state.
+//  - The job is over once it is shutting down (done, failed, or asked to) and every live node
+//    that still runs has been told (got a reply with shutting_down), or a grace period of
+//    heartbeat_timeout_ms has passed.
+//
+// Thread-safety: none; the Coordinator serializes every call under its mutex.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "osprey.pb.h"
+
+namespace osprey::coordinator {
+
+using Clock = std::chrono::steady_clock;
+
+// Where a reply goes: the requesting peer and the request id to echo.
+struct ReplyAddress {
+  PeerId peer = -1;
+  uint64_t request_id = 0;
+};
+
+// One reply to send: status OK -> OP_REPLY carrying `payload` (a serialized reply message or
+// empty); otherwise OP_ERROR.
+struct OutgoingReply {
+  ReplyAddress to;
+  Status status;
+  Buffer payload;
+};
+using Outbox = std::vector<OutgoingReply>;
+
+class JobState {
+ public:
+  // `config` is copied (only the cluster section and the tables are used). `start` begins the
+  // startup timeout.
+  JobState(const config::JobConfig& config, uint64_t session_id, Clock::time_point start);
+
+  void OnRegister(const ReplyAddress& from, const proto::RegisterRequest& req,
+                  Clock::time_point now, Outbox* out);
+  void OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb, Clock::time_point now,
+                   Outbox* out);
+  void OnBarrier(const ReplyAddress& from, const proto::BarrierRequest& req, Clock::time_point now,
+                 Outbox* out);
+  void OnReport(const ReplyAddress& from, const proto::WorkerReport& report,
+                Clock::time_point now, Outbox* out);
+  // OP_SHUTDOWN: starts shutting down; a non-empty `reason` becomes the failure (unless the job
+  // is already done). Replies OK to `from`.
+  void OnShutdown(const ReplyAddress& from, const std::string& reason, Clock::time_point now,
+                  Outbox* out);
+
+  // Applies the startup timeout and heartbeat timeouts; call every few tens of milliseconds.
+  void Tick(Clock::time_point now, Outbox* out);
+
+  // The state every heartbeat / OP_CLUSTER_STATE reply carries.
+  proto::ClusterState Snapshot() const;
+
+  bool rendezvous_complete() const { return rendezvous_complete_; }
+  bool shutting_down() const { return shutting_down_; }
+  // True when the job is over (see the rules above); then result() is final.
+  bool over(Clock::time_point now) const;
+  // OK for a job whose every live worker reported; Aborted naming the failure otherwise.
+  Status result() const;
+
+ private:
+  struct Node {
+    proto::Role role = proto::ROLE_UNSPECIFIED;
+    int rank = -1;  // assigned at rendezvous
+    int requested_rank = -1;
+    std::string endpoint;
+    std::string host;
+    int pid = 0;
+    ReplyAddress pending_register;
+    bool alive = true;
+    Clock::time_point last_seen;
+    int64_t clock = 0;
+    double loss = 0;
+    uint64_t samples = 0;
+    bool reported = false;
+    bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
+  };
+
+  std::vector<Node>& NodesOf(proto::Role role);
+  int CountOf(proto::Role role) const;
+  // The registered node (role, rank) after the rendezvous, or null with *error set.
+  Node* FindNode(proto::Role role, int rank, Status* error);
+  Status CheckRegistration(const proto::RegisterRequest& req) const;
+  Status MergeTableSizes(const proto::RegisterRequest& req);
+  void CompleteRendezvous(Clock::time_point now, Outbox* out);
+  void MarkDead(Node& node, Clock::time_point now, Outbox* out);
+  void ReleaseBarriers(Outbox* out);
+  void CheckDone(Clock::time_point now, Outbox* out);
+  // Starts shutting down; `failure` empty means success (done) or a plain shutdown request.
+  void BeginShutdown(const std::string& failure, Clock::time_point now, Outbox* out);
+  std::string MissingNodes() const;
+
+  config::ClusterConfig cluster_;
+  uint64_t session_id_;
+  Clock::time_point start_;
+  proto::ShardMap shard_map_;  // tables from the config; endpoints filled at rendezvous
+
+  std::vector<Node> servers_;  // registration order; index == rank after rendezvous
+  std::vector<Node> workers_;
+  bool rendezvous_complete_ = false;
+  // (barrier name, role) -> rank -> waiting request
+  std::map<std::pair<std::string, int>, std::map<int, ReplyAddress>> barriers_;
+  std::map<int, proto::WorkerReport> reports_;  // by worker rank
+  bool done_ = false;
+  bool shutting_down_ = false;
+  bool shutdown_requested_ = false;
+  Clock::time_point shutdown_at_;
+  std::string failure_;
+};
+
+// "worker 1 (pid 1234)": how logs and errors name a node.
+std::string NodeName(proto::Role role, int rank, int pid);
+// "server" / "worker" / "role 7".
+std::string RoleName(proto::Role role);
+
+}  // namespace osprey::coordinator

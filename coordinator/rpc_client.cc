@@ -1,0 +1,123 @@
+#include "coordinator/rpc_client.h"
+
+#include <chrono>
+#include <utility>
+
+#include "common/logging.h"
+#include "coordinator/control_message.h"
+#include "proto/wire.h"
+
+namespace osprey::coordinator {
+
+RpcClient::RpcClient(std::unique_ptr<Transport> transport, std::string endpoint)
+    : transport_(std::move(transport)), endpoint_(std::move(endpoint)) {}
+
+RpcClient::~RpcClient() { Stop(); }
+
+StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(std::unique_ptr<Transport> transport,
+                                                       const std::string& endpoint) {
+  if (transport == nullptr) return InvalidArgument("RpcClient: no transport");
+  std::unique_ptr<RpcClient> client(new RpcClient(std::move(transport), endpoint));
+  RpcClient* self = client.get();
+  client->transport_->SetHandler([self](Message&& msg) { self->OnMessage(std::move(msg)); });
+  StatusOr<PeerId> peer = client->transport_->Connect(endpoint);
+  if (!peer.ok()) return peer.status().WithContext("connecting to the coordinator at " + endpoint);
+  client->peer_ = *peer;
+  OSPREY_RETURN_IF_ERROR(client->transport_->Start());
+  return client;
+}
+
+void RpcClient::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  cv_.notify_all();
+  transport_->Stop();
+}
+
+Status RpcClient::Call(proto::Op op, const google::protobuf::MessageLite* request,
+                       google::protobuf::MessageLite* reply, int timeout_ms) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+  }
+  return Roundtrip(op, MakeRequest(peer_, op, id, request), id, reply, timeout_ms);
+}
+
+Status RpcClient::CallRaw(proto::Op op, std::string payload, google::protobuf::MessageLite* reply,
+                          int timeout_ms) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+  }
+  Message msg = MakeRequest(peer_, op, id, nullptr);
+  msg.values = Buffer::Copy(payload.data(), payload.size());
+  return Roundtrip(op, std::move(msg), id, reply, timeout_ms);
+}
+
+Status RpcClient::Roundtrip(proto::Op op, Message msg, uint64_t id,
+                            google::protobuf::MessageLite* reply, int timeout_ms) {
+  const std::string what = OpName(op) + " to " + endpoint_;
+  auto slot = std::make_shared<Slot>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Unavailable(what + ": the client is stopped");
+    pending_[id] = slot;
+  }
+  Status sent = transport_->Send(std::move(msg));
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!sent.ok()) {
+    pending_.erase(id);
+    return Unavailable(what + ": " + sent.ToString());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool woke = cv_.wait_until(lock, deadline, [&] { return slot->done || stopped_; });
+  pending_.erase(id);
+  if (!slot->done) {
+    if (!woke) {
+      return DeadlineExceeded(what + ": no reply within " + std::to_string(timeout_ms) + " ms");
+    }
+    return Unavailable(what + ": the client was stopped");
+  }
+  lock.unlock();
+  if (!slot->status.ok()) return slot->status;
+  if (reply != nullptr &&
+      !reply->ParseFromArray(slot->payload.data(), static_cast<int>(slot->payload.size()))) {
+    return InvalidArgument(what + ": the reply (" + std::to_string(slot->payload.size()) +
+                           " bytes) is not a valid " + reply->GetTypeName());
+  }
+  return Status::OK();
+}
+
+void RpcClient::OnMessage(Message&& msg) {
+  proto::Header header;
+  Status st = ParseRequestHeader(msg, &header).WithContext("reply from " + endpoint_);
+  if (header.request_id() == 0) {  // unparsable, or no request to attribute it to
+    stray_replies_.fetch_add(1);
+    OSPREY_LOG_WARN("dropping a reply: {}", st.ok() ? "request id 0" : st.message());
+    return;
+  }
+  if (st.ok()) {
+    if (header.op() == proto::OP_ERROR) {
+      st = StatusFromHeader(header);
+    } else if (header.op() != proto::OP_REPLY) {
+      st = InvalidArgument("reply from " + endpoint_ + " has op " + OpName(header.op()));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(header.request_id());
+  if (it == pending_.end()) {
+    stray_replies_.fetch_add(1);  // its call already gave up
+    return;
+  }
+  it->second->done = true;
+  it->second->status = st;
+  it->second->payload = msg.values;
+  cv_.notify_all();
+}
+
+}  // namespace osprey::coordinator

@@ -1,0 +1,77 @@
+// RpcClient: synchronous request/reply over a dialer Transport, keyed by request_id.
+//
+// Call() sends one control request (control_message.h framing) and blocks until the reply with the
+// same request_id arrives or `timeout_ms` passes. Replies that come after their call gave up, or
+// that match no call, are dropped and counted (stray_replies()). Nothing waits without a deadline.
+//
+// Errors of Call(): DeadlineExceeded("OP_HEARTBEAT to tcp://...: no reply within 500 ms"),
+// Unavailable when the transport refused the send or the client is stopped, and for an OP_ERROR
+// reply the Status the coordinator sent (its code and message). A reply whose payload does not
+// parse is an InvalidArgument.
+//
+// Thread-safety: Call() may run concurrently from many threads. Stop() wakes every waiting call
+// (they return Unavailable) and joins the transport; the destructor calls it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "common/transport.h"
+#include "osprey.pb.h"
+
+namespace osprey::coordinator {
+
+class RpcClient {
+ public:
+  // Takes ownership of `transport` (fresh: not started, no handler), connects it to `endpoint`
+  // and starts it. Connecting is asynchronous: an unreachable endpoint shows as call timeouts.
+  static StatusOr<std::unique_ptr<RpcClient>> Create(std::unique_ptr<Transport> transport,
+                                                     const std::string& endpoint);
+  ~RpcClient();
+  RpcClient(const RpcClient&) = delete;
+  RpcClient& operator=(const RpcClient&) = delete;
+
+  // Sends `request` (null: empty values frame) as `op` and waits for the reply; on success the
+  // reply's values frame is parsed into *reply (null: ignored). See the errors above.
+  Status Call(proto::Op op, const google::protobuf::MessageLite* request,
+              google::protobuf::MessageLite* reply, int timeout_ms);
+  // Same, with a raw values frame (OP_SHUTDOWN carries its reason as text).
+  Status CallRaw(proto::Op op, std::string payload, google::protobuf::MessageLite* reply,
+                 int timeout_ms);
+
+  void Stop();
+
+  const std::string& endpoint() const { return endpoint_; }
+  uint64_t stray_replies() const { return stray_replies_.load(); }
+
+ private:
+  struct Slot {
+    bool done = false;
+    Status status;
+    Buffer payload;
+  };
+
+  RpcClient(std::unique_ptr<Transport> transport, std::string endpoint);
+  void OnMessage(Message&& msg);
+  Status Roundtrip(proto::Op op, Message msg, uint64_t id, google::protobuf::MessageLite* reply,
+                   int timeout_ms);
+
+  const std::unique_ptr<Transport> transport_;
+  const std::string endpoint_;
+  PeerId peer_ = -1;  // set once in Create()
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::shared_ptr<Slot>> pending_;  // GUARDED_BY(mu_)
+  uint64_t next_id_ = 1;                               // GUARDED_BY(mu_)
+  bool stopped_ = false;                               // GUARDED_BY(mu_)
+  std::atomic<uint64_t> stray_replies_{0};
+};
+
+}  // namespace osprey::coordinator

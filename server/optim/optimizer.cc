@@ -1,0 +1,200 @@
+#include "server/optim/optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "server/optim/kernels.h"
+
+namespace osprey::server {
+namespace {
+
+using optim_internal::GradPrep;
+
+constexpr OptimizerType kAllTypes[] = {OptimizerType::kSgd,     OptimizerType::kMomentum,
+                                       OptimizerType::kNesterov, OptimizerType::kAdagrad,
+                                       OptimizerType::kAdam,    OptimizerType::kFtrl};
+
+std::string FormatFloat(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+// The checks are written so that NaN fails them: every comparison with NaN is false.
+Status CheckField(bool ok, const char* field, const char* rule, float value) {
+  if (ok) return Status::OK();
+  return InvalidArgument(std::string("optimizer config: ") + field + " must be " + rule + ", got " +
+                         FormatFloat(value));
+}
+
+Status CheckPositive(const char* field, float v) {
+  return CheckField(v > 0.0f && std::isfinite(v), field, "> 0 and finite", v);
+}
+Status CheckNonNegative(const char* field, float v) {
+  return CheckField(v >= 0.0f && std::isfinite(v), field, ">= 0 and finite", v);
+}
+Status CheckUnitInterval(const char* field, float v) {
+  return CheckField(v >= 0.0f && v < 1.0f, field, "in [0, 1)", v);
+}
+
+Status Validate(const OptimizerConfig& c) {
+  if (std::string(OptimizerTypeName(c.type)) == "unknown") {
+    return InvalidArgument("optimizer config: type has unknown value " +
+                           std::to_string(static_cast<int>(c.type)));
+  }
+  OSPREY_RETURN_IF_ERROR(CheckPositive("lr", c.lr));
+  OSPREY_RETURN_IF_ERROR(CheckUnitInterval("momentum", c.momentum));
+  OSPREY_RETURN_IF_ERROR(CheckNonNegative("initial_accumulator", c.initial_accumulator));
+  OSPREY_RETURN_IF_ERROR(CheckPositive("eps", c.eps));
+  OSPREY_RETURN_IF_ERROR(CheckUnitInterval("beta1", c.beta1));
+  OSPREY_RETURN_IF_ERROR(CheckUnitInterval("beta2", c.beta2));
+  OSPREY_RETURN_IF_ERROR(CheckPositive("ftrl_alpha", c.ftrl_alpha));
+  OSPREY_RETURN_IF_ERROR(CheckNonNegative("ftrl_beta", c.ftrl_beta));
+  OSPREY_RETURN_IF_ERROR(CheckNonNegative("ftrl_l1", c.ftrl_l1));
+  OSPREY_RETURN_IF_ERROR(CheckNonNegative("ftrl_l2", c.ftrl_l2));
+  OSPREY_RETURN_IF_ERROR(CheckNonNegative("weight_decay", c.weight_decay));
+  OSPREY_RETURN_IF_ERROR(CheckNonNegative("clip_value", c.clip_value));
+  OSPREY_RETURN_IF_ERROR(CheckNonNegative("clip_norm", c.clip_norm));
+  return Status::OK();
+}
+
+// Adam's step count lives bit-cast in one float slot (see optimizer.h).
+uint32_t LoadStep(const float* slot) {
+  uint32_t t;
+  std::memcpy(&t, slot, sizeof(t));
+  return t;
+}
+void StoreStep(float* slot, uint32_t t) { std::memcpy(slot, &t, sizeof(t)); }
+
+// Steps 1-3 of the gradient pipeline, reduced to three scalars for the loops.
+// Only clip_norm reads the gradient here (one extra pass over the row).
+GradPrep MakeGradPrep(const OptimizerConfig& c, const float* g, size_t dim, bool coupled_decay) {
+  GradPrep p;
+  p.clip = c.clip_value > 0.0f ? c.clip_value : std::numeric_limits<float>::infinity();
+  p.scale = 1.0f;
+  if (c.clip_norm > 0.0f) {
+    const double norm = std::sqrt(optim_internal::SumSquaresClamped(g, dim, p.clip));
+    if (norm > c.clip_norm) p.scale = static_cast<float>(c.clip_norm / norm);
+  }
+  p.wd = coupled_decay ? c.weight_decay : 0.0f;
+  return p;
+}
+
+}  // namespace
+
+const char* OptimizerTypeName(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kSgd: return "sgd";
+    case OptimizerType::kMomentum: return "momentum";
+    case OptimizerType::kNesterov: return "nesterov";
+    case OptimizerType::kAdagrad: return "adagrad";
+    case OptimizerType::kAdam: return "adam";
+    case OptimizerType::kFtrl: return "ftrl";
+  }
+  return "unknown";
+}
+
+StatusOr<OptimizerType> ParseOptimizerType(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  std::string valid;
+  for (OptimizerType type : kAllTypes) {
+    if (lower == OptimizerTypeName(type)) return type;
+    valid += valid.empty() ? "" : ", ";
+    valid += OptimizerTypeName(type);
+  }
+  return InvalidArgument("unknown optimizer type '" + name + "'; valid types: " + valid);
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config)
+    : config_(config),
+      log_beta1_(std::log(static_cast<double>(config.beta1))),
+      log_beta2_(std::log(static_cast<double>(config.beta2))) {}
+
+StatusOr<std::unique_ptr<Optimizer>> Optimizer::Make(const OptimizerConfig& config) {
+  OSPREY_RETURN_IF_ERROR(Validate(config));
+  return std::unique_ptr<Optimizer>(new Optimizer(config));
+}
+
+size_t Optimizer::state_floats(size_t dim) const {
+  switch (config_.type) {
+    case OptimizerType::kSgd: return 0;
+    case OptimizerType::kMomentum:
+    case OptimizerType::kNesterov:
+    case OptimizerType::kAdagrad: return dim;
+    case OptimizerType::kAdam: return 2 * dim + 1;
+    case OptimizerType::kFtrl: return 2 * dim;
+  }
+  return 0;
+}
+
+void Optimizer::InitState(float* state, size_t dim) const {
+  const size_t n = state_floats(dim);
+  const float fill = config_.type == OptimizerType::kAdagrad ? config_.initial_accumulator : 0.0f;
+  std::fill(state, state + n, fill);
+  if (config_.type == OptimizerType::kAdam) StoreStep(state + 2 * dim, 0);
+}
+
+void Optimizer::Apply(float* w, float* state, const float* g, size_t dim,
+                      const ApplyOptions& opt) const {
+  using namespace optim_internal;  // NOLINT: the loops, local to this function
+  const OptimizerConfig& c = config_;
+  // `!(x > 0)` also maps NaN to 0, as documented for ApplyOptions.
+  const float lr_scale = opt.lr_scale > 0.0f ? opt.lr_scale : 0.0f;
+  const float mom_scale = opt.momentum_scale > 0.0f ? std::min(opt.momentum_scale, 1.0f) : 0.0f;
+  const float lr = c.lr * lr_scale;
+  const float mu = c.momentum * mom_scale;
+  const bool coupled_decay = c.type != OptimizerType::kAdam;
+  GradPrep p = MakeGradPrep(c, g, dim, coupled_decay);
+
+  switch (c.type) {
+    case OptimizerType::kSgd:
+      SgdLoop(w, g, dim, p, lr);
+      return;
+    case OptimizerType::kMomentum:
+      MomentumLoop(w, state, g, dim, p, lr, mu);
+      return;
+    case OptimizerType::kNesterov:
+      NesterovLoop(w, state, g, dim, p, lr, mu);
+      return;
+    case OptimizerType::kAdagrad:
+      AdagradLoop(w, state, g, dim, p, lr, c.eps);
+      return;
+    case OptimizerType::kAdam: {
+      uint32_t t = LoadStep(state + 2 * dim);
+      if (t != UINT32_MAX) ++t;
+      StoreStep(state + 2 * dim, t);
+      // Bias corrections 1 - beta^t in double; see log_beta1_. beta = 0 gives
+      // log = -inf and a correction of exactly 1.
+      const double bc1 = -std::expm1(t * log_beta1_);
+      const double bc2 = -std::expm1(t * log_beta2_);
+      AdamStep s;
+      s.b1 = c.beta1;
+      s.b2 = c.beta2;
+      s.step_size = static_cast<float>(lr / bc1);
+      s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+      s.eps = c.eps;
+      s.decay = 1.0f - lr * c.weight_decay;
+      AdamLoop(w, state, state + dim, g, dim, p, s);
+      return;
+    }
+    case OptimizerType::kFtrl: {
+      // FTRL has no lr: lr_scale scales the whole gradient, decay term included.
+      p.scale *= lr_scale;
+      p.wd *= lr_scale;
+      FtrlLoop(w, state, state + dim, g, dim, p,
+               FtrlParams{c.ftrl_alpha, c.ftrl_beta, c.ftrl_l1, c.ftrl_l2});
+      return;
+    }
+  }
+}
+
+bool AllFinite(const float* g, size_t n) { return optim_internal::AllFiniteLoop(g, n); }
+
+}  // namespace osprey::server

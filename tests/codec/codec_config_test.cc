@@ -1,0 +1,131 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/codec/codec.h"
+
+namespace osprey::codec {
+namespace {
+
+CodecConfig TopK() {
+  CodecConfig c;
+  c.type = "topk";
+  return c;
+}
+
+// Expects InvalidArgument whose message names `field` and contains `value`.
+void ExpectRejected(const CodecConfig& c, const std::string& field, const std::string& value) {
+  auto codec = MakeCodec(c);
+  ASSERT_FALSE(codec.ok()) << field;
+  EXPECT_EQ(codec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(codec.status().message().find("compression." + field), std::string::npos) << codec.status().ToString();
+  EXPECT_NE(codec.status().message().find(value), std::string::npos) << codec.status().ToString();
+}
+
+TEST(CodecConfigTest, DefaultsAndEveryCodecBuild) {
+  for (const char* type : {"none", "fp16", "bf16", "topk", "randomk", "onebit"}) {
+    CodecConfig c;
+    c.type = type;
+    c.error_feedback = true;
+    EXPECT_TRUE(MakeCodec(c).ok()) << type;
+  }
+  for (const char* method : {"exact", "sample", "histogram"}) {
+    CodecConfig c = TopK();
+    c.topk_method = method;
+    EXPECT_TRUE(MakeCodec(c).ok()) << method;
+  }
+}
+
+TEST(CodecConfigTest, RejectsUnknownNames) {
+  CodecConfig c;
+  c.type = "topk2";
+  ExpectRejected(c, "type", "topk2");
+  c = TopK();
+  c.topk_method = "quickselect";
+  ExpectRejected(c, "topk_method", "quickselect");
+  c = TopK();
+  c.value_type = "fp8";
+  ExpectRejected(c, "value_type", "fp8");
+  c.value_type = "fp32";
+  c.granularity = "layer";
+  ExpectRejected(c, "granularity", "layer");
+  c = TopK();
+  c.schedule.type = "cosine";
+  ExpectRejected(c, "schedule.type", "cosine");
+}
+
+TEST(CodecConfigTest, RejectsDensityOutsideUnitInterval) {
+  for (double d : {0.0, -0.1, 1.5}) {
+    CodecConfig c = TopK();
+    c.density = d;
+    ExpectRejected(c, "density", "must be in (0, 1]");
+  }
+  CodecConfig c = TopK();
+  c.type = "randomk";
+  c.density = std::nan("");
+  ExpectRejected(c, "density", "nan");
+  c.density = 1.0;
+  EXPECT_TRUE(MakeCodec(c).ok());
+}
+
+TEST(CodecConfigTest, RejectsBadOneBitChunk) {
+  CodecConfig c;
+  c.type = "onebit";
+  c.onebit_chunk = 0;
+  ExpectRejected(c, "onebit_chunk", "0");
+  c.onebit_chunk = 48;
+  ExpectRejected(c, "onebit_chunk", "48");
+  c.onebit_chunk = 96;
+  EXPECT_TRUE(MakeCodec(c).ok());
+}
+
+TEST(CodecConfigTest, RejectsBadRatesAndTolerances) {
+  CodecConfig c = TopK();
+  c.sample_rate = 0.0;
+  ExpectRejected(c, "sample_rate", "0");
+  c = TopK();
+  c.count_tolerance = 1.0;
+  ExpectRejected(c, "count_tolerance", "1");
+  c = TopK();
+  c.clip_norm = -1.0f;
+  ExpectRejected(c, "clip_norm", "-1");
+}
+
+TEST(CodecConfigTest, MomentumNeedsErrorFeedbackAndSparseCodec) {
+  CodecConfig c = TopK();
+  c.dgc_momentum = 0.9f;
+  ExpectRejected(c, "dgc_momentum", "error_feedback");
+  c.error_feedback = true;
+  EXPECT_TRUE(MakeCodec(c).ok());
+  c.type = "onebit";
+  ExpectRejected(c, "dgc_momentum", "onebit");
+  c = TopK();
+  c.error_feedback = true;
+  c.dgc_momentum = 1.0f;
+  ExpectRejected(c, "dgc_momentum", "[0, 1)");
+}
+
+TEST(CodecConfigTest, SchedulesNeedStepsStartAndSparseCodec) {
+  CodecConfig c = TopK();
+  c.schedule.type = "warmup";
+  ExpectRejected(c, "schedule.steps", "0");
+  c.schedule.steps = 100;
+  c.schedule.start_density = 0.001;  // below the final density
+  ExpectRejected(c, "schedule.start_density", "0.001");
+  c.schedule.start_density = 0.25;
+  EXPECT_TRUE(MakeCodec(c).ok());
+  c.type = "fp16";
+  ExpectRejected(c, "schedule.type", "fp16");
+}
+
+TEST(CodecConfigTest, BucketBytesMustHoldWholeFloats) {
+  CodecConfig c = TopK();
+  c.granularity = "bucket";
+  c.bucket_bytes = 0;
+  ExpectRejected(c, "bucket_bytes", "0");
+  c.bucket_bytes = 6;
+  ExpectRejected(c, "bucket_bytes", "6");
+}
+
+}  // namespace
+}  // namespace osprey::codec

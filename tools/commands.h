@@ -1,0 +1,20 @@
+// The small subcommands of the `osprey` front door. Each returns the process exit code and writes
+// to stdout/stderr; called from osprey_main.cc on the main thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace osprey::tools {
+
+// `osprey bench WHAT [ARGS...]`: replaces this process with BIN_DIR/osprey-bench-WHAT ARGS...
+// With no or an unknown WHAT, lists the osprey-bench-* binaries in `bin_dir` and returns 2
+// (0 for `osprey bench --help`). `args` are passed on exactly as given.
+int RunBench(const std::string& bin_dir, const std::string& what,
+             const std::vector<std::string>& args);
+
+// `osprey doctor`: prints what this build has and what this machine offers (GPUs, RDMA devices,
+// redis-server, the osprey binaries in `bin_dir`). Returns 0.
+int RunDoctor(const std::string& bin_dir);
+
+}  // namespace osprey::tools

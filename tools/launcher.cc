@@ -1,0 +1,334 @@
+#include "tools/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "common/config/job_config.h"
+#include "common/transport.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/final_state.h"
+#include "tools/child_process.h"
+#include "tools/paths.h"
+#include "tools/progress.h"
+#include "tools/report.h"
+
+namespace osprey::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+constexpr int kExitFailed = 1;
+constexpr int kExitSetup = 2;
+constexpr Ms kStopGrace(3000);
+constexpr Ms kLoopSleep(50);
+constexpr std::chrono::seconds kPlainLineEvery(5);
+constexpr int kTailLines = 20;
+constexpr int kPollTimeoutMs = 1000;
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchOptions& options) : o_(options), start_(Clock::now()) {}
+  int Run();
+
+ private:
+  int Prepare();  // 0, or the exit code
+  Status PrepareLogDir();
+  Status StartChildren();
+  Status StartChild(const std::string& name, const std::string& binary,
+                    std::vector<std::string> args, FILE* pids);
+  int Monitor();
+  void Poll(Clock::time_point now);
+  void OnCoordinatorExit();
+  void ShowProgress(Clock::time_point now);
+  void ClearProgress();
+  int Fail(const std::string& why, int child);
+  int Interrupted(int sig);
+  int Finish();
+
+  const LaunchOptions o_;
+  const Clock::time_point start_;
+  config::JobConfig config_;
+  std::string config_path_;
+  std::string endpoint_;
+  std::string bin_dir_;
+  std::string log_dir_;
+  ChildSet children_;
+  size_t coordinator_ = 0;  // index in children_
+  std::unique_ptr<coordinator::CoordinatorClient> client_;
+  std::unique_ptr<ProgressMeter> progress_;
+  std::optional<proto::ClusterState> state_;  // the latest polled (or final) state
+  bool coordinator_exited_ = false;
+  bool tty_ = false;
+  bool line_on_screen_ = false;
+  bool done_seen_ = false;
+  Clock::time_point last_change_;
+  Clock::time_point done_at_;
+  Clock::time_point last_plain_line_;
+};
+
+int Launcher::Run() {
+  if (int rc = Prepare(); rc != 0) return rc;
+  InstallStopSignalHandlers();
+  Status st = StartChildren();
+  if (int sig = ReceivedStopSignal()) return Interrupted(sig);
+  if (!st.ok()) return Fail(st.message(), -1);
+  StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(TransportOptions{});
+  if (!transport.ok()) return Fail(transport.status().ToString(), -1);
+  auto client = coordinator::CoordinatorClient::Create(std::move(transport).value(), endpoint_);
+  if (!client.ok()) return Fail(client.status().ToString(), -1);
+  client_ = std::move(client).value();
+  return Monitor();
+}
+
+int Launcher::Prepare() {
+  StatusOr<config::JobConfig> config = config::LoadJobConfig(o_.config_path, o_.sets);
+  if (!config.ok()) {
+    std::fprintf(stderr, "osprey launch: %s\n", config.status().ToString().c_str());
+    return kExitSetup;
+  }
+  config_ = std::move(config).value();
+  std::error_code ec;
+  config_path_ = std::filesystem::absolute(o_.config_path, ec).string();
+  if (ec) config_path_ = o_.config_path;
+  StatusOr<std::string> endpoint = ResolveCoordinatorEndpoint(config_.cluster.coordinator);
+  if (!endpoint.ok()) {
+    std::fprintf(stderr, "osprey launch: %s\n", endpoint.status().ToString().c_str());
+    return kExitSetup;
+  }
+  endpoint_ = *endpoint;
+  bin_dir_ = o_.bin_dir.empty() ? SelfBinDir() : o_.bin_dir;
+  for (const char* name : {"osprey-coordinator", "osprey-server", "osprey-worker"}) {
+    if (!IsExecutable(bin_dir_ + "/" + name)) {
+      std::fprintf(stderr, "osprey launch: %s not found in %s (build it, or pass --bin-dir)\n",
+                   name, bin_dir_.c_str());
+      return kExitSetup;
+    }
+  }
+  if (Status st = PrepareLogDir(); !st.ok()) {
+    std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
+    return kExitSetup;
+  }
+  progress_ = std::make_unique<ProgressMeter>(config_.train.steps);
+  tty_ = ::isatty(STDERR_FILENO) == 1;
+  std::fprintf(stderr, "osprey launch: %d servers, %d workers; coordinator %s; logs in %s\n",
+               config_.cluster.num_servers, config_.cluster.num_workers, endpoint_.c_str(),
+               log_dir_.c_str());
+  return 0;
+}
+
+Status Launcher::PrepareLogDir() {
+  if (o_.log_dir.empty()) {
+    char tmpl[] = "/tmp/osprey-launch-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      return Unavailable(std::string("cannot create a log dir in /tmp: ") + std::strerror(errno));
+    }
+    log_dir_ = tmpl;
+    return Status::OK();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o_.log_dir, ec);
+  if (ec) return Unavailable("cannot create log dir " + o_.log_dir + ": " + ec.message());
+  log_dir_ = o_.log_dir;
+  std::filesystem::remove(log_dir_ + "/final_state.pb", ec);  // from an earlier run
+  return Status::OK();
+}
+
+Status Launcher::StartChildren() {
+  const std::string pids_path = log_dir_ + "/pids.txt";
+  std::unique_ptr<FILE, int (*)(FILE*)> pids(std::fopen(pids_path.c_str(), "w"), &std::fclose);
+  if (!pids) return Unavailable("cannot write " + pids_path + ": " + std::strerror(errno));
+  std::vector<std::string> common{"--config", config_path_};
+  for (const std::string& s : o_.sets) common.insert(common.end(), {"--set", s});
+  common.insert(common.end(), {"--set", "cluster.coordinator=" + endpoint_});
+
+  std::vector<std::string> args = common;
+  args.insert(args.end(), {"--final-state", log_dir_ + "/final_state.pb"});
+  OSPREY_RETURN_IF_ERROR(
+      StartChild("coordinator-0", bin_dir_ + "/osprey-coordinator", args, pids.get()));
+  coordinator_ = children_.size() - 1;
+  for (int i = 0; i < config_.cluster.num_servers; ++i) {
+    OSPREY_RETURN_IF_ERROR(StartChild("server-" + std::to_string(i),
+                                      bin_dir_ + "/osprey-server", common, pids.get()));
+  }
+  for (int i = 0; i < config_.cluster.num_workers; ++i) {
+    OSPREY_RETURN_IF_ERROR(StartChild("worker-" + std::to_string(i),
+                                      bin_dir_ + "/osprey-worker", common, pids.get()));
+  }
+  return Status::OK();
+}
+
+Status Launcher::StartChild(const std::string& name, const std::string& binary,
+                            std::vector<std::string> args, FILE* pids) {
+  if (int sig = ReceivedStopSignal()) {
+    return Aborted("interrupted by signal " + std::to_string(sig) + " while starting processes");
+  }
+  ChildSpec spec{name, binary, std::move(args), log_dir_ + "/" + name + ".log"};
+  OSPREY_ASSIGN_OR_RETURN(size_t index, children_.Spawn(spec));
+  std::fprintf(pids, "%s %d\n", name.c_str(), static_cast<int>(children_.pid(index)));
+  std::fflush(pids);
+  return Status::OK();
+}
+
+int Launcher::Monitor() {
+  last_change_ = Clock::now();
+  Clock::time_point next_poll = last_change_;
+  const auto stall = std::chrono::seconds(o_.stall_timeout_s);
+  const auto linger = Ms(2 * config_.cluster.heartbeat_timeout_ms + 10000);
+  while (true) {
+    if (int sig = ReceivedStopSignal()) return Interrupted(sig);
+    for (size_t i : children_.ReapExited()) {
+      last_change_ = Clock::now();
+      const ExitInfo& exit = children_.exit_info(i);
+      if (!exit.success()) {
+        return Fail(children_.spec(i).name + " (pid " + std::to_string(children_.pid(i)) + ") " +
+                        exit.ToString(), static_cast<int>(i));
+      }
+      if (i == coordinator_) OnCoordinatorExit();
+    }
+    if (children_.running() == 0) return Finish();
+    const Clock::time_point now = Clock::now();
+    if (!coordinator_exited_ && now >= next_poll) {
+      Poll(now);
+      next_poll = now + Ms(o_.poll_interval_ms);
+    }
+    if (state_ && !state_->failure().empty()) {
+      return Fail("the coordinator reports: " + state_->failure(), static_cast<int>(coordinator_));
+    }
+    if (done_seen_ && now - done_at_ > linger) {
+      return Fail(std::to_string(children_.running()) + " process(es) still running " +
+                  std::to_string(linger.count() / 1000) + " s after the job finished", -1);
+    }
+    if (o_.stall_timeout_s > 0 && now - last_change_ > stall) {
+      return Fail("no progress for " + std::to_string(o_.stall_timeout_s) +
+                  " s (--stall-timeout); last state: " + progress_->Line(),
+                  static_cast<int>(coordinator_));
+    }
+    std::this_thread::sleep_for(kLoopSleep);
+  }
+}
+
+void Launcher::Poll(Clock::time_point now) {
+  StatusOr<proto::ClusterState> state = client_->GetState(kPollTimeoutMs);
+  if (!state.ok()) return;  // not up yet, or busy: the stall guard bounds how long we accept it
+  if (progress_->Update(*state, now)) last_change_ = now;
+  if (state->done() && !done_seen_) {
+    done_seen_ = true;
+    done_at_ = now;
+  }
+  state_ = std::move(state).value();
+  ShowProgress(now);
+}
+
+void Launcher::OnCoordinatorExit() {
+  coordinator_exited_ = true;
+  StatusOr<proto::ClusterState> final_state =
+      coordinator::ReadFinalState(log_dir_ + "/final_state.pb");
+  if (!final_state.ok()) return;  // keep the last polled state
+  state_ = std::move(final_state).value();
+  if (state_->done() && !done_seen_) {
+    done_seen_ = true;
+    done_at_ = Clock::now();
+  }
+}
+
+void Launcher::ShowProgress(Clock::time_point now) {
+  if (o_.quiet) return;
+  const std::string line = progress_->Line();
+  if (line.empty()) return;
+  if (tty_) {
+    std::fprintf(stderr, "\r%s\033[K", line.c_str());
+    line_on_screen_ = true;
+  } else if (now - last_plain_line_ >= kPlainLineEvery) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    last_plain_line_ = now;
+  }
+}
+
+void Launcher::ClearProgress() {
+  if (line_on_screen_) std::fprintf(stderr, "\r\033[K");
+  line_on_screen_ = false;
+}
+
+int Launcher::Fail(const std::string& why, int child) {
+  ClearProgress();
+  std::fprintf(stderr, "osprey launch: FAILED: %s\n", why.c_str());
+  if (child >= 0) {
+    const std::string& log = children_.spec(static_cast<size_t>(child)).log_path;
+    std::fprintf(stderr, "---- last %d lines of %s ----\n%s\n----\n", kTailLines, log.c_str(),
+                 TailOfFile(log, kTailLines).c_str());
+  }
+  children_.StopAll(kStopGrace);
+  std::fprintf(stderr, "osprey launch: every process stopped; logs in %s\n", log_dir_.c_str());
+  return kExitFailed;
+}
+
+int Launcher::Interrupted(int sig) {
+  ClearProgress();
+  std::fprintf(stderr, "osprey launch: got signal %d (%s); stopping %zu processes\n", sig,
+               ::strsignal(sig), children_.running());
+  children_.StopAll(kStopGrace);
+  std::fprintf(stderr, "osprey launch: every process stopped; logs in %s\n", log_dir_.c_str());
+  return 128 + sig;
+}
+
+int Launcher::Finish() {
+  ClearProgress();
+  if (!state_ || !state_->done()) {
+    return Fail("every process exited, but the coordinator never reported the job done",
+                static_cast<int>(coordinator_));
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
+  const JobReport report = SummarizeReports(*state_, wall);
+  std::printf("%s  logs              %s\n", FormatReport(report).c_str(), log_dir_.c_str());
+  std::fflush(stdout);
+  children_.StopAll(Ms(0));  // everything exited; this sweeps stray grandchildren
+  if (!o_.report_json.empty()) {
+    Status st = coordinator::WriteFileAtomically(o_.report_json, ReportJson(report));
+    if (!st.ok()) {
+      std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
+      return kExitFailed;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+StatusOr<std::string> ResolveCoordinatorEndpoint(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon < 6 ||
+      endpoint.substr(colon + 1) != "0") {
+    return endpoint;
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Unavailable(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Unavailable(std::string("cannot reserve a loopback port: ") + std::strerror(err));
+  }
+  ::close(fd);
+  return "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+}
+
+int RunLaunch(const LaunchOptions& options) { return Launcher(options).Run(); }
+
+}  // namespace osprey::tools

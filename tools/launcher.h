@@ -1,0 +1,53 @@
+// `osprey launch`: runs a whole local job -- coordinator, servers, workers -- as separate
+// processes, shows progress, and prints the final report.
+//
+// Order of events:
+//  1. Load and validate the config (with the --set overrides). A bad config prints the error and
+//     returns 2 before anything starts; so do missing binaries or an unusable log dir.
+//  2. Pick the coordinator endpoint: when cluster.coordinator has port 0, a free loopback port
+//     (bind port 0, read it, close). Every child gets `--set cluster.coordinator=<endpoint>`.
+//  3. Start osprey-coordinator, then num_servers x osprey-server, then num_workers x
+//     osprey-worker, each `--config CONFIG [--set ...]`, found in --bin-dir or next to this binary.
+//     Each child logs to LOG_DIR/<role>-<i>.log (coordinator-0.log, server-1.log, ...); their
+//     pids go to LOG_DIR/pids.txt ("<role>-<i> <pid>" per line) as they start. The coordinator
+//     also gets `--final-state LOG_DIR/final_state.pb` (see coordinator/final_state.h).
+//  4. Poll the coordinator (OP_CLUSTER_STATE) every poll_interval_ms and show progress on stderr:
+//     an updating line on a TTY, a plain line every 5 s otherwise, nothing with --quiet.
+//  5. Fail (stop every child, print which process failed with the last 20 lines of its log,
+//     return 1) when a child exits non-zero or is killed, the coordinator reports a failure,
+//     nothing moved for stall_timeout_s, or processes linger long after the job is done.
+//  6. On SIGINT / SIGTERM / SIGHUP: stop every child (SIGTERM, 3 s, SIGKILL, reap) and return
+//     128 + the signal number.
+//  7. Success (the coordinator said done and every child exited 0): print the report (see
+//     report.h), write --report-json atomically, return 0.
+//
+// Must run on the main thread of a process that has started no other threads (it forks).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace osprey::tools {
+
+struct LaunchOptions {
+  std::string config_path;
+  std::vector<std::string> sets;  // "key=value" overrides, passed on to every child
+  std::string report_json;        // "": no JSON report
+  std::string log_dir;            // "": a fresh /tmp/osprey-launch-XXXXXX (printed)
+  std::string bin_dir;            // "": the directory of this executable
+  bool quiet = false;
+  int stall_timeout_s = 300;
+  int poll_interval_ms = 500;
+};
+
+// Runs the job; returns the exit code (0 success, 1 job failure, 2 bad config / setup,
+// 128 + signal when interrupted).
+int RunLaunch(const LaunchOptions& options);
+
+// "tcp://H:0" -> "tcp://127.0.0.1:<free port>"; any other endpoint is returned unchanged.
+// Unavailable when no port could be reserved.
+StatusOr<std::string> ResolveCoordinatorEndpoint(const std::string& endpoint);
+
+}  // namespace osprey::tools

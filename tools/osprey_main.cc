@@ -1,0 +1,73 @@
+// osprey: the front door.
+//   osprey launch CONFIG [--set k=v]... [--report-json PATH] [--log-dir DIR] [--bin-dir DIR]
+//                 [--quiet] [--stall-timeout SECONDS]
+//   osprey bench WHAT [ARGS...]
+//   osprey doctor [--bin-dir DIR]
+// Exit codes: 0 success, 1 the job failed, 2 bad flags / config / setup, 128+N interrupted by
+// signal N (launch).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tools/commands.h"
+#include "tools/launcher.h"
+#include "tools/paths.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace osprey::tools;
+  // Everything after `bench WHAT` belongs to the benchmark, untouched (--help and -- included).
+  if (argc >= 2 && std::string(argv[1]) == "bench") {
+    return RunBench(SelfBinDir(), argc >= 3 ? argv[2] : "",
+                    std::vector<std::string>(argv + std::min(argc, 3), argv + argc));
+  }
+  CLI::App app{"osprey: run and inspect Osprey parameter-server jobs"};
+  app.require_subcommand(1);
+
+  LaunchOptions launch;
+  CLI::App* launch_cmd = app.add_subcommand(
+      "launch", "run a whole local job (coordinator, servers, workers) with progress and a report");
+  launch_cmd->add_option("config", launch.config_path, "job config (YAML)")->required();
+  launch_cmd->add_option("--set", launch.sets,
+                         "override a config key, e.g. --set train.steps=100 (repeatable)")
+      ->allow_extra_args(false);
+  launch_cmd->add_option("--report-json", launch.report_json,
+                         "write the final report as JSON to this file");
+  launch_cmd->add_option("--log-dir", launch.log_dir,
+                         "directory for the processes' logs (default: a fresh temp dir)");
+  launch_cmd->add_option("--bin-dir", launch.bin_dir,
+                         "where the osprey-* binaries are (default: next to this one)");
+  launch_cmd->add_flag("--quiet", launch.quiet, "no progress line");
+  launch_cmd->add_option("--stall-timeout", launch.stall_timeout_s,
+                         "fail when nothing moved for this many seconds (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+
+  // `bench` takes its arguments raw (see main's first lines); declared here for --help.
+  app.add_subcommand("bench", "run the benchmark osprey-bench-WHAT with the remaining arguments");
+
+  std::string doctor_bin_dir;
+  CLI::App* doctor_cmd =
+      app.add_subcommand("doctor", "show what this build and this machine offer");
+  doctor_cmd->add_option("--bin-dir", doctor_bin_dir,
+                         "where the osprey-* binaries are (default: next to this one)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (launch_cmd->parsed()) return RunLaunch(launch);
+  if (doctor_cmd->parsed()) {
+    return RunDoctor(doctor_bin_dir.empty() ? SelfBinDir() : doctor_bin_dir);
+  }
+  return kExitUsage;
+}

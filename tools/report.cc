@@ -1,0 +1,93 @@
+#include "tools/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace osprey::tools {
+namespace {
+
+// The shortest of %.15g / %.17g that reads back as the same double.
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string Fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "n/a";
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds) {
+  JobReport r;
+  r.wall_seconds = wall_seconds;
+  uint64_t samples = 0;
+  double train_seconds = 0;
+  for (const proto::WorkerReport& w : state.reports()) {
+    ++r.num_reports;
+    r.steps = std::max(r.steps, w.steps());
+    samples += w.samples();
+    train_seconds = std::max(train_seconds, w.train_seconds());
+    r.bytes_pushed += w.bytes_pushed();
+    r.bytes_pulled += w.bytes_pulled();
+    if (w.rank() == 0) {
+      r.auc = w.auc();
+      r.oracle_auc = w.oracle_auc();
+      r.logloss = w.logloss();
+      r.eval_samples = w.eval_samples();
+    }
+  }
+  r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
+  return r;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string FormatReport(const JobReport& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "osprey: job finished in %.1f s (%d worker reports)\n"
+                "  held-out AUC      %s   (oracle %s, %llu samples)\n"
+                "  held-out logloss  %s\n"
+                "  steps             %llu\n"
+                "  samples/s         %.0f\n"
+                "  bytes pushed      %s\n"
+                "  bytes pulled      %s\n",
+                r.wall_seconds, r.num_reports, Fixed(r.auc, 4).c_str(),
+                Fixed(r.oracle_auc, 4).c_str(), static_cast<unsigned long long>(r.eval_samples),
+                Fixed(r.logloss, 4).c_str(), static_cast<unsigned long long>(r.steps),
+                r.samples_per_sec, FormatBytes(r.bytes_pushed).c_str(),
+                FormatBytes(r.bytes_pulled).c_str());
+  return buf;
+}
+
+std::string ReportJson(const JobReport& r) {
+  return "{\"auc\": " + JsonNumber(r.auc) + ", \"oracle_auc\": " + JsonNumber(r.oracle_auc) +
+         ", \"logloss\": " + JsonNumber(r.logloss) +
+         ", \"samples_per_sec\": " + JsonNumber(r.samples_per_sec) +
+         ", \"steps\": " + std::to_string(r.steps) +
+         ", \"bytes_pushed\": " + std::to_string(r.bytes_pushed) +
+         ", \"bytes_pulled\": " + std::to_string(r.bytes_pulled) +
+         ", \"wall_seconds\": " + JsonNumber(r.wall_seconds) + "}\n";
+}
+
+}  // namespace osprey::tools

@@ -1,0 +1,45 @@
+// The final report of `osprey launch`: what the job achieved, from the workers' WorkerReports.
+//
+// Worker 0 evaluates on the held-out set, so its report carries auc, logloss, oracle_auc and
+// eval_samples. Over all reports: steps = the largest step count, samples/s = the sum of samples
+// divided by the longest train_seconds, bytes pushed / pulled = sums. Wall time is the launcher's.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "osprey.pb.h"
+
+namespace osprey::tools {
+
+struct JobReport {
+  static constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
+  double auc = kMissing;         // NaN when worker 0 did not report
+  double oracle_auc = kMissing;
+  double logloss = kMissing;
+  uint64_t eval_samples = 0;
+  double samples_per_sec = 0;
+  uint64_t steps = 0;
+  uint64_t bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;
+  double wall_seconds = 0;
+  int num_reports = 0;
+};
+
+JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds);
+
+// Several human-readable lines, ending in a newline.
+std::string FormatReport(const JobReport& report);
+
+// One JSON object with exactly the keys auc, oracle_auc, logloss, samples_per_sec, steps,
+// bytes_pushed, bytes_pulled, wall_seconds (numbers; a value that is missing or not finite is
+// written as null, since JSON has no NaN).
+std::string ReportJson(const JobReport& report);
+
+// "512 B", "1.5 KiB", "3.20 GiB".
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace osprey::tools

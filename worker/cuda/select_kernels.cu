@@ -1,0 +1,231 @@
+// Radix refinement, tie breaking and emission over the candidate pairs (or, after a candidate
+// overflow, over the dense vector). Every kernel first reads the device state and returns at once
+// when its step is not needed, so the host enqueues a fixed sequence without synchronizing.
+#include "worker/cuda/select_device.cuh"
+
+namespace osprey::cuda {
+namespace {
+
+using codec::KeyDigitBits;
+using codec::KeyDigitShift;
+using codec::MagnitudeKey;
+
+__global__ void __launch_bounds__(kThreads) KeyHistogramKernel(int level, const DeviceState* st, SourceArgs src,
+                                                               uint32_t* hist) {
+  __shared__ uint32_t bins_sh[codec::kMaxDigitBins];
+  const DeviceState s = *st;
+  if (s.done || s.level != static_cast<uint32_t>(level)) return;
+  const int bins = 1 << KeyDigitBits(level);
+  const int shift = KeyDigitShift(level);
+  for (int i = threadIdx.x; i < bins; i += blockDim.x) bins_sh[i] = 0;
+  __syncthreads();
+  const bool dense = src.dense(s);
+  const uint32_t m = src.size(s);
+  for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x) {
+    uint32_t index;
+    float v;
+    src.Get(dense, j, &index, &v);
+    const uint32_t key = MagnitudeKey(v);
+    if (key >= s.window_lo && codec::KeyMatchesPrefix(key, s.prefix, level)) {
+      atomicAdd(&bins_sh[(key >> shift) & (bins - 1)], 1u);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < bins; i += blockDim.x) {
+    if (bins_sh[i]) atomicAdd(&hist[i], bins_sh[i]);
+  }
+}
+
+// One block: finds the boundary bin of `level` (scanning from the top), applies
+// codec::DecideKeyLevel, and zeroes the histogram for its next use.
+constexpr int kDecideThreads = 1024;
+__global__ void __launch_bounds__(kDecideThreads) KeyDecideKernel(int level, DeviceState* st, uint32_t* hist) {
+  using Scan = cub::BlockScan<uint32_t, kDecideThreads>;
+  __shared__ typename Scan::TempStorage scan_sh;
+  const DeviceState s = *st;
+  if (s.done || s.level != static_cast<uint32_t>(level)) return;
+  const int bins = 1 << KeyDigitBits(level);
+  const int per = (bins + kDecideThreads - 1) / kDecideThreads;  // 4 or 1
+  uint32_t h[4] = {0, 0, 0, 0};
+  uint32_t local = 0;
+  for (int q = 0; q < per; ++q) {
+    const int d = threadIdx.x * per + q;  // d-th bin from the top
+    if (d < bins) {
+      h[q] = hist[bins - 1 - d];
+      hist[bins - 1 - d] = 0;
+      local += h[q];
+    }
+  }
+  uint32_t above = 0;
+  uint32_t total = 0;
+  Scan(scan_sh).ExclusiveSum(local, above, total);
+  if (level == 0 && s.count_above + total <= s.k) {  // the window holds at most k: take it all
+    if (threadIdx.x == 0) {
+      st->done = 1;
+      st->sel_key = s.window_lo;
+      st->sel_tie = UINT32_MAX;
+      st->final_count = s.count_above + total;
+    }
+    return;
+  }
+  const codec::SelectTargets t{s.k, s.k_lo, s.k_hi};
+  const uint32_t need = s.k - s.count_above;
+  for (int q = 0; q < per; ++q) {
+    const int d = threadIdx.x * per + q;
+    if (d < bins && above < need && above + h[q] >= need) {
+      const uint32_t b = static_cast<uint32_t>(bins - 1 - d);
+      const codec::KeyLevelResult r = codec::DecideKeyLevel(level, s.prefix, b, s.count_above, above, h[q], t);
+      const uint32_t bin_lo = ((s.prefix << KeyDigitBits(level)) | b) << KeyDigitShift(level);
+      st->window_lo = max(s.window_lo, r.kind == codec::KeyLevelResult::kDone ? r.key : bin_lo);
+      if (r.kind == codec::KeyLevelResult::kDone) {
+        st->done = 1;
+        st->sel_key = r.key;
+        st->sel_tie = UINT32_MAX;
+        st->final_count = static_cast<uint32_t>(r.count);
+      } else if (r.kind == codec::KeyLevelResult::kTies) {
+        st->ties = 1;
+        st->sel_key = r.key;
+        st->tie_need = static_cast<uint32_t>(s.k - r.count);
+        st->final_count = s.k;
+        st->level = codec::kNumKeyLevels;
+      } else {
+        st->prefix = r.next_prefix;
+        st->count_above = static_cast<uint32_t>(r.count);
+        st->level = level + 1;
+      }
+    }
+    above += h[q];
+  }
+}
+
+// One block resolves ties (rare for real gradients: it needs equal magnitudes at the k-th key).
+__global__ void __launch_bounds__(kDecideThreads) TiesKernel(DeviceState* st, SourceArgs src) {
+  __shared__ uint32_t bins_sh[codec::kTieBins];
+  __shared__ uint32_t prefix_sh, need_sh, done_sh, tie_index_sh;
+  const DeviceState s = *st;
+  if (!s.ties) return;
+  const bool dense = src.dense(s);
+  const uint32_t m = src.size(s);
+  if (threadIdx.x == 0) {
+    prefix_sh = 0;
+    need_sh = s.tie_need;
+    done_sh = 0;
+    tie_index_sh = UINT32_MAX;
+  }
+  for (int level = 0; level < codec::kNumTieLevels; ++level) {
+    for (int i = threadIdx.x; i < codec::kTieBins; i += blockDim.x) bins_sh[i] = 0;
+    __syncthreads();
+    const uint32_t prefix = prefix_sh;
+    const int shift = codec::TieDigitShift(level);
+    for (uint32_t j = threadIdx.x; j < m; j += blockDim.x) {
+      uint32_t index;
+      float v;
+      src.Get(dense, j, &index, &v);
+      if (MagnitudeKey(v) == s.sel_key && codec::IndexMatchesPrefix(index, prefix, level)) {
+        atomicAdd(&bins_sh[(index >> shift) & 0xFFu], 1u);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t need = need_sh;
+      uint64_t below = 0;
+      for (uint32_t b = 0; b < codec::kTieBins; ++b) {
+        if (below + bins_sh[b] >= need) {
+          uint32_t next = 0;
+          uint32_t tie_index = 0;
+          done_sh = codec::DecideTieLevel(level, prefix, b, below, bins_sh[b], &need, &next, &tie_index);
+          prefix_sh = next;
+          tie_index_sh = tie_index;
+          need_sh = static_cast<uint32_t>(need);
+          break;
+        }
+        below += bins_sh[b];
+      }
+    }
+    __syncthreads();
+    if (done_sh) break;
+  }
+  if (threadIdx.x == 0) {
+    st->sel_tie = tie_index_sh;
+    st->ties = 0;
+    st->done = 1;
+  }
+}
+
+__device__ __forceinline__ bool Selected(const DeviceState& s, uint32_t key, uint32_t index) {
+  return key >= s.window_lo && (key > s.sel_key || (key == s.sel_key && index <= s.sel_tie));
+}
+
+__global__ void __launch_bounds__(kThreads) EmitKernel(DeviceState* st, SourceArgs src, float* r, float* u,
+                                                       void* payload, codec::ValueType type) {
+  __shared__ AppendStorage append_sh;
+  const DeviceState s = *st;
+  const bool dense = src.dense(s);
+  const uint32_t m = src.size(s);
+  uint32_t* indices = static_cast<uint32_t*>(payload);
+  void* values = static_cast<char*>(payload) + 4ull * s.final_count;
+  for (uint32_t base = blockIdx.x * kTile; base < m; base += gridDim.x * kTile) {
+    uint32_t mask = 0;
+    for (int q = 0; q < kItems; ++q) {
+      const uint32_t j = base + q * kThreads + threadIdx.x;
+      if (j >= m) break;
+      uint32_t index;
+      float v;
+      src.Get(dense, j, &index, &v);
+      if (Selected(s, MagnitudeKey(v), index)) mask |= 1u << q;
+    }
+    uint32_t pos = BlockAppend(__popc(mask), &st->out_count, append_sh);
+    for (; mask; mask &= mask - 1, ++pos) {
+      const uint32_t j = base + (__ffs(mask) - 1) * kThreads + threadIdx.x;
+      if (pos >= s.final_count) break;  // only the threshold API can overfill; the rest stay in r
+      uint32_t index;
+      float v;
+      src.Get(dense, j, &index, &v);
+      indices[pos] = index;
+      const float decoded = StoreValue(values, type, pos, v);
+      if (r) r[index] = __fsub_rn(v, decoded);
+      if (u) u[index] = 0.0f;
+    }
+  }
+}
+
+}  // namespace
+
+SourceArgs MakeSource(const SelectWorkspace::Impl& ws, const float* x, size_t n) {
+  SourceArgs src;
+  src.x = x;
+  src.n = static_cast<uint32_t>(n);
+  src.cand_idx = ws.cand_idx.as<uint32_t>();
+  src.cand_val = ws.cand_val.as<float>();
+  src.cand_capacity = static_cast<uint32_t>(ws.cand_capacity);
+  return src;
+}
+
+Status LaunchKeyDecide(int level, SelectWorkspace::Impl& ws, cudaStream_t stream) {
+  KeyDecideKernel<<<1, kDecideThreads, 0, stream>>>(level, ws.d_state(), ws.hist.as<uint32_t>());
+  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::OK();
+}
+
+Status LaunchKeyLevel(int level, SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream) {
+  const int grid = GridFor(src.n, kThreads * 4, ws.num_sms, 4);
+  KeyHistogramKernel<<<grid, kThreads, 0, stream>>>(level, ws.d_state(), src, ws.hist.as<uint32_t>());
+  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return LaunchKeyDecide(level, ws, stream);
+}
+
+Status LaunchTies(SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream) {
+  TiesKernel<<<1, kDecideThreads, 0, stream>>>(ws.d_state(), src);
+  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::OK();
+}
+
+Status LaunchEmit(const EfTensor& t, const SparseOutput& out, SelectWorkspace::Impl& ws, const SourceArgs& src,
+                  cudaStream_t stream) {
+  const int grid = GridFor(src.n, kTile, ws.num_sms, 4);
+  EmitKernel<<<grid, kThreads, 0, stream>>>(ws.d_state(), src, t.residual, t.momentum, out.payload, out.value_type);
+  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::OK();
+}
+
+}  // namespace osprey::cuda
