@@ -6,14 +6,20 @@
 //
 // One Transport object is either a listener (Listen: servers, the coordinator) or a dialer
 // (Connect: workers to servers, every node to the coordinator), or both. Peers are small
-// integers: for a dialer the id Connect returned; for a listener an id the transport assigned to
-// the remote end when its first message arrived (stable for the connection's life).
+// non-negative integers from one counter per transport, never reused: for a dialer the id Connect
+// returned; for a listener an id the transport assigned to the remote end when its first message
+// arrived (stable for the life of the remote dialer, across reconnects).
 //
 // Threading: Start() spawns the transport's own I/O thread; every received Message is delivered
 // by calling the Handler on that thread, in arrival order per peer. The handler must not block
 // for long (defer slow work and reply later with Send). Send() is thread-safe and may be called
 // from any thread, including from inside the handler. Stop() joins the I/O thread; after it
 // returns no handler runs. Messages queued but not yet written when Stop() is called are dropped.
+// Stop() from inside the handler only requests the stop (it cannot join its own thread); a later
+// Stop() or the destructor completes it. Destroying a transport Stop()s it.
+//
+// Implementations: ZmqTransport (zmq_transport.h), InprocTransport and the fault-injecting test
+// wrapper (inproc_transport.h); MakeTransport below picks one.
 #pragma once
 
 #include <cstdint>
@@ -69,7 +75,10 @@ class Transport {
   virtual void Stop() = 0;
 
   // Queues `msg` for msg.peer. Returns NotFound for an unknown peer, FailedPrecondition when the
-  // transport is not running. Success means queued, not delivered.
+  // transport is not running, Unavailable when a listener's peer is no longer connected,
+  // ResourceExhausted when the peer's queue is at its high-water mark (TransportOptions::sndhwm).
+  // Success means queued, not delivered. Never blocks. The frames' bytes must not be modified
+  // after the call (large frames are sent from the caller's memory).
   virtual Status Send(Message msg) = 0;
 
   virtual TransportStats stats() const = 0;

@@ -32,6 +32,9 @@ find_bin() {
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "(nvidia-smi unavailable)"
 
+# Count from gtest's summary lines, e.g. "[  SKIPPED ] 3 tests, listed below:".
+count() { sed -nE "s/^\[  $1 *\] ([0-9]+) tests?.*/\1/p" "$2" | head -1; }
+
 status=0
 echo "== gpu tests"
 printf '%-16s %-7s %s\n' test result detail
@@ -43,10 +46,9 @@ for t in cuda_topk_test cuda_dense_test; do
   fi
   "$bin" --gtest_output="json:$out/$t.json" > "$out/$t.log" 2>&1
   rc=$?
-  count() { sed -nE "s/^\[  $1 *\] ([0-9]+) tests?.*/\1/p" "$out/$t.log" | head -1; }
-  passed=$(count PASSED)
-  failed=$(count FAILED)
-  skipped=$(count SKIPPED)
+  passed=$(count PASSED "$out/$t.log")
+  failed=$(count FAILED "$out/$t.log")
+  skipped=$(count SKIPPED "$out/$t.log")
   passed=${passed:-0} failed=${failed:-0} skipped=${skipped:-0}
   # On the GPU machine a skip means the test saw no device: that is a failure here.
   if [ "$rc" -eq 0 ] && [ "$skipped" -eq 0 ] && [ "$passed" -gt 0 ]; then result=PASS; else result=FAIL; status=1; fi

@@ -14,12 +14,6 @@ ValueType ParseValueType(const std::string& name) {
   return ValueType::kFp32;
 }
 
-TopKMethod ParseMethod(const std::string& name) {
-  if (name == "sample") return TopKMethod::kSample;
-  if (name == "histogram") return TopKMethod::kHistogram;
-  return TopKMethod::kExact;
-}
-
 // Names were validated, so every branch here is reachable only with a known name.
 std::unique_ptr<Codec> MakeBase(const CodecConfig& c) {
   if (c.type == "fp16") return std::make_unique<DenseCodec>(CodecId::kFp16, ValueType::kFp16);
@@ -30,7 +24,7 @@ std::unique_ptr<Codec> MakeBase(const CodecConfig& c) {
     o.schedule = DensitySchedule(c.schedule, c.density);
     o.value_type = ParseValueType(c.value_type);
     o.seed = c.seed;
-    o.method = ParseMethod(c.topk_method);
+    o.method = TopKMethodFromName(c.topk_method);
     o.sample_rate = c.sample_rate;
     o.count_tolerance = c.count_tolerance;
     if (c.type == "topk") return std::make_unique<TopKCodec>(std::move(o));

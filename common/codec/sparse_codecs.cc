@@ -18,6 +18,12 @@ void StartSparse(CodecId id, ValueType type, size_t n, size_t count, Encoded* ou
 
 }  // namespace
 
+TopKMethod TopKMethodFromName(const std::string& name) {
+  if (name == "sample") return TopKMethod::kSample;
+  if (name == "histogram") return TopKMethod::kHistogram;
+  return TopKMethod::kExact;
+}
+
 void WriteSelected(const float* x, size_t n, const Selection& sel, CodecId id, ValueType type, Encoded* out) {
   StartSparse(id, type, n, sel.count, out);
   uint8_t* indices = out->payload.data();

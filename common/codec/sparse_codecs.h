@@ -11,6 +11,9 @@ namespace osprey::codec {
 
 enum class TopKMethod { kExact, kSample, kHistogram };
 
+// "exact" | "sample" | "histogram" (validated by ValidateCodecConfig); anything else is kExact.
+TopKMethod TopKMethodFromName(const std::string& name);
+
 struct SparseCodecOptions {
   DensitySchedule schedule{DensityScheduleConfig{}, 0.01};
   ValueType value_type = ValueType::kFp32;

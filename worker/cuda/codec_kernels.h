@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/codec/codec_config.h"
 #include "common/codec/encoded.h"
 #include "common/codec/radix_select.h"
 #include "common/codec/sparse_codecs.h"
@@ -81,7 +82,8 @@ class SelectWorkspace {
 
   // max_n: largest tensor; candidate_capacity: candidate pairs kept (beyond it the pipelines
   // fall back to extra passes over the dense vector, slower but still correct); max_samples:
-  // largest SamplePlan::samples used. Errors: ResourceExhausted, Internal.
+  // largest SamplePlan::samples used. Synchronizes the device once (setup only). After any error
+  // of a pipeline using it, recreate the workspace. Errors: ResourceExhausted, Internal.
   static StatusOr<std::unique_ptr<SelectWorkspace>> Create(size_t max_n, size_t candidate_capacity,
                                                            size_t max_samples);
   ~SelectWorkspace();
@@ -116,6 +118,9 @@ struct TopKParams {
 };
 TopKParams MakeTopKParams(codec::TopKMethod method, size_t n, double density, double count_tolerance,
                           double sample_rate, uint64_t seed);
+// The parameters of encode step `step` of a tensor under `config` (validated, type "topk"): the
+// scheduled density and the seed the CPU TopKCodec would use, so both select the same elements.
+TopKParams TopKParamsFor(const codec::CodecConfig& config, size_t n, uint64_t step, uint64_t tensor_seed);
 
 // Fused EF + top-k; the count stays on the device (ws->device_count()).
 //  exact:     sampled window + one fused pass + radix select on the candidates (tolerance 0);

@@ -21,10 +21,11 @@ __global__ void __launch_bounds__(kThreads) KeyHistogramKernel(int level, const 
   __syncthreads();
   const bool dense = src.dense(s);
   const uint32_t m = src.size(s);
-  for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x) {
+  // size_t: a u32 cursor could wrap past m for tensors near 2^32 elements.
+  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m; j += size_t{gridDim.x} * blockDim.x) {
     uint32_t index;
     float v;
-    src.Get(dense, j, &index, &v);
+    src.Get(dense, static_cast<uint32_t>(j), &index, &v);
     const uint32_t key = MagnitudeKey(v);
     if (key >= s.window_lo && codec::KeyMatchesPrefix(key, s.prefix, level)) {
       atomicAdd(&bins_sh[(key >> shift) & (bins - 1)], 1u);
@@ -117,10 +118,10 @@ __global__ void __launch_bounds__(kDecideThreads) TiesKernel(DeviceState* st, So
     __syncthreads();
     const uint32_t prefix = prefix_sh;
     const int shift = codec::TieDigitShift(level);
-    for (uint32_t j = threadIdx.x; j < m; j += blockDim.x) {
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
       uint32_t index;
       float v;
-      src.Get(dense, j, &index, &v);
+      src.Get(dense, static_cast<uint32_t>(j), &index, &v);
       if (MagnitudeKey(v) == s.sel_key && codec::IndexMatchesPrefix(index, prefix, level)) {
         atomicAdd(&bins_sh[(index >> shift) & 0xFFu], 1u);
       }
@@ -164,23 +165,23 @@ __global__ void __launch_bounds__(kThreads) EmitKernel(DeviceState* st, SourceAr
   const uint32_t m = src.size(s);
   uint32_t* indices = static_cast<uint32_t*>(payload);
   void* values = static_cast<char*>(payload) + 4ull * s.final_count;
-  for (uint32_t base = blockIdx.x * kTile; base < m; base += gridDim.x * kTile) {
+  for (size_t base = blockIdx.x * size_t{kTile}; base < m; base += size_t{gridDim.x} * kTile) {
     uint32_t mask = 0;
     for (int q = 0; q < kItems; ++q) {
-      const uint32_t j = base + q * kThreads + threadIdx.x;
+      const size_t j = base + q * kThreads + threadIdx.x;
       if (j >= m) break;
       uint32_t index;
       float v;
-      src.Get(dense, j, &index, &v);
+      src.Get(dense, static_cast<uint32_t>(j), &index, &v);
       if (Selected(s, MagnitudeKey(v), index)) mask |= 1u << q;
     }
     uint32_t pos = BlockAppend(__popc(mask), &st->out_count, append_sh);
     for (; mask; mask &= mask - 1, ++pos) {
-      const uint32_t j = base + (__ffs(mask) - 1) * kThreads + threadIdx.x;
+      const size_t j = base + (__ffs(mask) - 1) * kThreads + threadIdx.x;
       if (pos >= s.final_count) break;  // only the threshold API can overfill; the rest stay in r
       uint32_t index;
       float v;
-      src.Get(dense, j, &index, &v);
+      src.Get(dense, static_cast<uint32_t>(j), &index, &v);
       indices[pos] = index;
       const float decoded = StoreValue(values, type, pos, v);
       if (r) r[index] = __fsub_rn(v, decoded);

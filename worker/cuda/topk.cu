@@ -5,6 +5,7 @@
 // histogram pipeline near 4.
 #include <cub/device/device_radix_sort.cuh>
 
+#include "common/codec/schedule.h"
 #include "worker/cuda/select_device.cuh"
 
 namespace osprey::cuda {
@@ -284,6 +285,12 @@ TopKParams MakeTopKParams(codec::TopKMethod method, size_t n, double density, do
   p.plan = codec::MakeSamplePlan(n, p.targets, sample_rate, tolerance);
   p.seed = seed;
   return p;
+}
+
+TopKParams TopKParamsFor(const codec::CodecConfig& config, size_t n, uint64_t step, uint64_t tensor_seed) {
+  const double density = codec::DensitySchedule(config.schedule, config.density).DensityAt(step);
+  return MakeTopKParams(codec::TopKMethodFromName(config.topk_method), n, density, config.count_tolerance,
+                        config.sample_rate, codec::StepSeed(config.seed ^ tensor_seed, step));
 }
 
 Status SelectByThreshold(const EfTensor& t, const float* d_threshold, const SparseOutput& out, SelectWorkspace* ws,
