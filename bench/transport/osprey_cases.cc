@@ -25,12 +25,6 @@ double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 Buffer GradBuffer(size_t floats) {
   Buffer b = Buffer::Allocate(floats * sizeof(float));
   float* p = reinterpret_cast<float*>(b.mutable_data());
@@ -77,6 +71,12 @@ const char* BenchOpName(BenchOp op) {
     case BenchOp::kPipelinedPush: return "pipelined_push";
   }
   return "unknown";
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options) {

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "proto/wire.h"
@@ -53,6 +54,9 @@ struct OpTiming {
 
 // Runs `op` as described above. Returns the first error `op` returns.
 StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options);
+
+// The median of `v` (the mean of the middle two for an even count). Precondition: !v.empty().
+double Median(std::vector<double> v);
 
 class OspreyBench {
  public:

@@ -6,13 +6,14 @@
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull); 16 pipelined 4 KiB
 // pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD step applied on the
-// server. Each figure is the median of --runs runs (default 5) of >= 60 ms each; what one
-// operation is and how it is timed: osprey_cases.h; the table and JSON fields: bench_report.h.
+// server. Each figure is the median of --runs runs (default 5) of >= 60 ms each; dense runs
+// alternate with the raw baseline's (RunDenseSize). What one operation is and how it is timed:
+// osprey_cases.h; the table and JSON fields: bench_report.h.
 // --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
 //
 // Process layout: the servers (one per transport) are forked first, while this process has one
-// thread. The Osprey client of each dense size is then destroyed before the raw baseline of that
-// size runs, because the baseline forks its own echo server and must do so thread-free too.
+// thread. Every Osprey client is destroyed again before the raw baseline runs, because the
+// baseline forks its own echo server and must do so thread-free too.
 // Exit codes: 0 fine, 1 a case failed (servers are killed and reaped on the way out), 2 usage.
 #include <CLI/CLI.hpp>
 
@@ -103,7 +104,7 @@ void Progress(const BenchRecord& r) {
                r.median_us);
 }
 
-// The raw baseline with `iters` operations per run (the Osprey case's count, so both do the same
+// The raw baseline with `iters` operations per run (the Osprey run's count, so both do the same
 // work). Fails when a thread is left in this process: the baseline forks.
 StatusOr<RawZmqResult> RunRaw(const std::string& transport, size_t bytes, EchoShape shape,
                               int window, int iters, int runs) {
@@ -122,44 +123,67 @@ StatusOr<RawZmqResult> RunRaw(const std::string& transport, size_t bytes, EchoSh
   return RunRawZmqBench(c);
 }
 
+// Dense cases run as `runs` interleaved rounds: each round times every Osprey op once (one run,
+// on a fresh client) and then the raw baseline once with the same number of operations, so a
+// burst of load from the machine's other tenants hits both sides of a ratio alike. The client
+// is destroyed before the raw half of each round: the baseline forks its echo server.
 Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Plan& plan,
                     size_t bytes, std::vector<BenchRecord>* out) {
-  int iters[2] = {0, 0};  // push, pull: operations per run, reused for the raw baseline
-  {
-    OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
-    for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull}) {
-      OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), op, plan.timing));
-      if (op != BenchOp::kPushPull) iters[op == BenchOp::kPull] = t.iters;
-      out->push_back(MakeRecord("dense", tr, op, bytes, {}, {}, t.median_s, 1));
-      Progress(out->back());
+  const BenchOp ops[3] = {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull};
+  std::vector<double> osprey_s[3], raw_s[2];
+  TimingOptions one = plan.timing;
+  one.runs = 1;
+  for (int run = 0; run < plan.timing.runs; ++run) {
+    int iters[2] = {0, 0};  // push, pull operations of this round, reused by the raw baseline
+    {
+      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+      for (int i = 0; i < 3; ++i) {
+        OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), ops[i], one));
+        osprey_s[i].push_back(t.median_s);
+        if (i < 2) iters[i] = t.iters;
+      }
     }
-  }  // the client and its ZeroMQ threads are gone here
-  for (BenchOp op : {BenchOp::kPush, BenchOp::kPull}) {
-    EchoShape shape = op == BenchOp::kPush ? EchoShape::kPush : EchoShape::kPull;
-    OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw, RunRaw(tr, bytes, shape, 1,
-                                                     iters[op == BenchOp::kPull],
-                                                     plan.timing.runs));
-    out->push_back(MakeRecord("raw_zmq", tr, op, bytes, {}, {}, raw.median_us * 1e-6, 1));
+    for (int i = 0; i < 2; ++i) {
+      EchoShape shape = i == 0 ? EchoShape::kPush : EchoShape::kPull;
+      OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw, RunRaw(tr, bytes, shape, 1, iters[i], 1));
+      raw_s[i].push_back(raw.median_us * 1e-6);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    out->push_back(MakeRecord("dense", tr, ops[i], bytes, {}, {}, Median(osprey_s[i]), 1));
+    Progress(out->back());
+  }
+  for (int i = 0; i < 2; ++i) {
+    out->push_back(MakeRecord("raw_zmq", tr, ops[i], bytes, {}, {}, Median(raw_s[i]), 1));
     Progress(out->back());
   }
   return Status::OK();
 }
 
+// Interleaved like the dense sizes; median_s is per batch of `window` requests.
 Status RunPipelined(const std::string& tr, const ServerProcess& server, const Plan& plan,
                     std::vector<BenchRecord>* out) {
   const size_t bytes = plan.pipelined_bytes;
   const int w = plan.window;
-  OpTiming t;
-  {
-    OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
-    OSPREY_ASSIGN_OR_RETURN(t, bench->PipelinedPush(DenseName(bytes), w, plan.timing));
+  TimingOptions one = plan.timing;
+  one.runs = 1;
+  std::vector<double> osprey_s, raw_s;
+  for (int run = 0; run < plan.timing.runs; ++run) {
+    OpTiming t;
+    {
+      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+      OSPREY_ASSIGN_OR_RETURN(t, bench->PipelinedPush(DenseName(bytes), w, one));
+    }
+    osprey_s.push_back(t.median_s);
+    OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw,
+                            RunRaw(tr, bytes, EchoShape::kPush, w, t.iters * w, 1));
+    raw_s.push_back(raw.median_us * 1e-6 * w);
   }
-  out->push_back(MakeRecord("dense", tr, BenchOp::kPipelinedPush, bytes, {}, {}, t.median_s, w));
+  out->push_back(
+      MakeRecord("dense", tr, BenchOp::kPipelinedPush, bytes, {}, {}, Median(osprey_s), w));
   Progress(out->back());
-  OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw, RunRaw(tr, bytes, EchoShape::kPush, w, t.iters * w,
-                                                   plan.timing.runs));
-  out->push_back(MakeRecord("raw_zmq", tr, BenchOp::kPipelinedPush, bytes, {}, {},
-                            raw.median_us * 1e-6 * w, w));
+  out->push_back(
+      MakeRecord("raw_zmq", tr, BenchOp::kPipelinedPush, bytes, {}, {}, Median(raw_s), w));
   Progress(out->back());
   return Status::OK();
 }
@@ -234,8 +258,9 @@ int Main(int argc, char** argv) {
   }
   servers.clear();
   std::printf("osprey-bench-transport: server in a child process, 1 server, malloc tuning on; "
-              "median of %d runs of >= %.0f ms\nvs raw = raw ZeroMQ time / Osprey time "
-              "(throughput ratio; pushpull vs raw push + raw pull)\n",
+              "median of %d runs of >= %.0f ms (dense: Osprey and raw runs interleaved)\n"
+              "vs raw = raw ZeroMQ time / Osprey time (throughput ratio; pushpull vs raw push + "
+              "raw pull)\n",
               plan.timing.runs, plan.timing.min_run_s * 1e3);
   PrintTable(stdout, records);
   if (!json_path.empty()) {
