@@ -142,3 +142,38 @@ TEST(ClientStopTest, StopFailsOutstandingTickets) {
 
 }  // namespace
 }  // namespace osprey::worker
+
+namespace osprey::worker {
+namespace {
+
+TEST_F(ClientTest, DenseEncoderIsCalledPerServerAndItsErrorsFailThePush) {
+  std::vector<float> init(10, 1.0f);
+  ASSERT_TRUE(client_->Wait(client_->InitDense(1, init.data())).ok());
+  std::vector<int> calls;
+  size_t floats = 0;
+  client_->SetDenseEncoder(1, [&](uint32_t table, int server, const float* g, size_t n,
+                                  proto::Header* h, Buffer* out) {
+    calls.push_back(server);
+    floats += n;
+    h->set_codec(proto::CODEC_NONE);
+    *out = Buffer::Copy(g, n * sizeof(float));  // identity "codec"
+    return Status::OK();
+  });
+  std::vector<float> g(10, 2.0f);
+  ASSERT_TRUE(client_->Wait(client_->PushDense(1, g.data())).ok());
+  EXPECT_EQ(floats, 10u);
+  EXPECT_GE(calls.size(), 1u);
+  std::vector<float> out(10);
+  ASSERT_TRUE(client_->Wait(client_->PullDense(1, out.data())).ok());
+  for (float x : out) EXPECT_FLOAT_EQ(x, 0.0f);  // 1 - 0.5 * 2
+  client_->SetDenseEncoder(1, [](uint32_t, int, const float*, size_t, proto::Header*, Buffer*) {
+    return InvalidArgument("encoder says no");
+  });
+  Status s = client_->Wait(client_->PushDense(1, g.data()));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("encoder says no"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("dense push to table 'mlp'"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace osprey::worker

@@ -21,7 +21,8 @@ struct Client::Part {
 };
 
 struct Client::TicketState {
-  std::string what;
+  proto::Op op = proto::OP_UNSPECIFIED;
+  uint32_t table = 0;
   int remaining = 0;
   Status status;
   Clock::time_point deadline;
@@ -81,11 +82,34 @@ Status Client::CheckTable(uint32_t table, bool sparse) const {
   return Status::OK();
 }
 
-Ticket Client::NewTicket(const std::string& what, Status immediate) {
+std::string Client::Describe(proto::Op op, uint32_t table) const {
+  const char* verb = "request to";
+  switch (op) {
+    case proto::OP_PULL_SPARSE: verb = "pull of"; break;
+    case proto::OP_PUSH_SPARSE: verb = "push to"; break;
+    case proto::OP_PULL_DENSE: verb = "dense pull of"; break;
+    case proto::OP_PUSH_DENSE: verb = "dense push to"; break;
+    case proto::OP_INIT_DENSE: verb = "dense init of"; break;
+    default: break;
+  }
+  std::string name = table < static_cast<uint32_t>(map_.tables_size())
+                         ? "'" + map_.tables(table).name() + "'"
+                         : std::to_string(table);
+  return std::string(verb) + " table " + name;
+}
+
+void Client::SetDenseEncoder(uint32_t table, DenseEncoder encoder) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dense_encoders_.size() <= table) dense_encoders_.resize(table + 1);
+  dense_encoders_[table] = std::move(encoder);
+}
+
+Ticket Client::NewTicket(proto::Op op, uint32_t table, Status immediate) {
   std::lock_guard<std::mutex> lock(mu_);
   Ticket id = next_ticket_++;
   auto t = std::make_unique<TicketState>();
-  t->what = what;
+  t->op = op;
+  t->table = table;
   t->status = stopped_ && immediate.ok() ? Aborted("client stopped") : immediate;
   t->deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
   tickets_[id] = std::move(t);
@@ -108,7 +132,7 @@ void Client::SendPart(Ticket ticket, int server, proto::Header header, Buffer ke
     if (!t->status.ok()) return;
     if (stopped_ || !room) {
       FailTicketLocked(t, stopped_ ? Aborted("client stopped")
-                                   : DeadlineExceeded(t->what + ": in-flight window (" +
+                                   : DeadlineExceeded(Describe(t->op, t->table) + ": in-flight window (" +
                                                       std::to_string(options_.max_inflight) +
                                                       ") stayed full for the whole timeout"));
       return;
@@ -141,15 +165,16 @@ void Client::SendPart(Ticket ticket, int server, proto::Header header, Buffer ke
       --inflight_;
       TicketState* t = tickets_[ticket].get();
       --t->remaining;
-      FailTicketLocked(t, s.WithContext(t->what + ": sending to server " + std::to_string(server)));
+      FailTicketLocked(t, s.WithContext(Describe(t->op, t->table) + ": sending to server " +
+                                        std::to_string(server)));
     }
     cv_.notify_all();
   }
 }
 
-Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out) {
+Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, int64_t clock) {
   Status bad = CheckTable(table, /*sparse=*/true);
-  Ticket ticket = NewTicket("pull of table " + std::to_string(table), bad);
+  Ticket ticket = NewTicket(proto::OP_PULL_SPARSE, table, bad);
   if (!bad.ok() || n == 0) return ticket;
   int num_servers = static_cast<int>(peers_.size());
   std::vector<int32_t> owner(n);
@@ -179,6 +204,7 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out) 
     proto::Header h;
     h.set_op(proto::OP_PULL_SPARSE);
     h.set_table(table);
+    h.set_clock(clock);
     SendPart(ticket, s, h, std::move(kbuf[s]), Buffer(), std::move(parts[s]));
   }
   return ticket;
@@ -187,7 +213,7 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out) 
 Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
                     int64_t clock, uint64_t version) {
   Status bad = CheckTable(table, /*sparse=*/true);
-  Ticket ticket = NewTicket("push to table " + std::to_string(table), bad);
+  Ticket ticket = NewTicket(proto::OP_PUSH_SPARSE, table, bad);
   if (!bad.ok() || n == 0) return ticket;
   int num_servers = static_cast<int>(peers_.size());
   size_t dim = map_.tables(table).dim();
@@ -225,8 +251,8 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   return ticket;
 }
 
-Ticket Client::PullDense(uint32_t table, float* out) {
-  return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, out, 0, 0);
+Ticket Client::PullDense(uint32_t table, float* out, int64_t clock) {
+  return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, out, clock, 0);
 }
 
 Ticket Client::PushDense(uint32_t table, const float* grads, int64_t clock, uint64_t version) {
@@ -244,14 +270,13 @@ Ticket Client::InitDense(uint32_t table, const float* values) {
 Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
                          float* out, int64_t clock, uint64_t version) {
   Status bad = CheckTable(table, /*sparse=*/false);
-  const char* verb = op == proto::OP_PULL_DENSE ? "dense pull of table " : "dense push to table ";
   if (bad.ok() && in_buffer != nullptr &&
       in_buffer->size() != map_.tables(table).size() * sizeof(float)) {
     bad = InvalidArgument("dense push to table '" + map_.tables(table).name() + "': buffer has " +
                           std::to_string(in_buffer->size()) + " bytes, the table needs " +
                           std::to_string(map_.tables(table).size() * sizeof(float)));
   }
-  Ticket ticket = NewTicket(verb + std::to_string(table), bad);
+  Ticket ticket = NewTicket(op, table, bad);
   if (!bad.ok()) return ticket;
   const proto::TableSpec& spec = map_.tables(table);
   uint64_t size = spec.size(), chunk = spec.chunk_floats();
@@ -294,6 +319,16 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
     h.set_table(table);
     h.set_clock(clock);
     h.set_version(version);
+    if (op == proto::OP_PUSH_DENSE && table < dense_encoders_.size() && dense_encoders_[table]) {
+      Buffer encoded;
+      Status es = dense_encoders_[table](table, s, vbuf.as<float>(), floats, &h, &encoded);
+      if (!es.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        FailTicketLocked(tickets_[ticket].get(), es.WithContext(Describe(op, table)));
+        return ticket;
+      }
+      vbuf = std::move(encoded);
+    }
     SendPart(ticket, s, h, std::move(kbuf), std::move(vbuf), std::move(part));
   }
   return ticket;
@@ -301,7 +336,7 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
 
 void Client::OnReply(Message&& msg) {
   auto header = ParseHeader(msg.header);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!header.ok()) {
     ++stats_.errors;  // cannot be matched to a request; the request will time out
     return;
@@ -314,7 +349,6 @@ void Client::OnReply(Message&& msg) {
   auto tit = tickets_.find(part->ticket);
   TicketState* t = tit->second.get();
   --t->remaining;
-  std::string where = t->what + " on server " + std::to_string(part->server);
   Status s = StatusFromHeader(*header);
   if (s.ok() && header->op() != proto::OP_REPLY) {
     s = Internal("unexpected reply op " + std::to_string(header->op()));
@@ -325,7 +359,8 @@ void Client::OnReply(Message&& msg) {
   }
   if (!s.ok()) {
     ++stats_.errors;
-    FailTicketLocked(t, s.WithContext(where));
+    FailTicketLocked(t, s.WithContext(Describe(t->op, t->table) + " on server " +
+                                      std::to_string(part->server)));
   } else if (part->op == proto::OP_PULL_SPARSE || part->op == proto::OP_PULL_DENSE) {
     stats_.bytes_pulled += msg.values.size();
     const uint8_t* src = msg.values.data();
@@ -345,6 +380,7 @@ void Client::OnReply(Message&& msg) {
   if (s.ok() && part->table < versions_.size()) {
     versions_[part->table] = std::max(versions_[part->table], header->version());
   }
+  lock.unlock();  // wake the waiter without making it block on mu_ again
   cv_.notify_all();
 }
 
@@ -357,7 +393,7 @@ Status Client::Wait(Ticket ticket) {
     return t->remaining == 0 || !t->status.ok() || stopped_;
   });
   if (!finished && t->status.ok()) {
-    t->status = DeadlineExceeded(t->what + ": no reply within " +
+    t->status = DeadlineExceeded(Describe(t->op, t->table) + ": no reply within " +
                                  std::to_string(options_.timeout_ms) + " ms");
   }
   if (stopped_ && t->status.ok() && t->remaining > 0) t->status = Aborted("client stopped");

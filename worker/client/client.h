@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -40,6 +41,13 @@
 namespace osprey::worker {
 
 using Ticket = uint64_t;
+
+// Encodes the fp32 gradient of one dense push message (the chunks of `table` that server
+// `server` owns, concatenated: `n` floats at `grad`) into `values`, and records the codec and its
+// meta in `header` (codec, codec_value_type, codec_count, codec_chunk). Called on the thread that
+// issues the push; must not keep `grad`. An error fails the push's ticket.
+using DenseEncoder = std::function<Status(uint32_t table, int server, const float* grad, size_t n,
+                                          proto::Header* header, Buffer* values)>;
 
 struct ClientOptions {
   int worker_rank = 0;
@@ -70,13 +78,15 @@ class Client {
   const proto::ShardMap& shard_map() const { return map_; }
 
   // Sparse rows: out[i*dim .. (i+1)*dim) receives the row of keys[i] (duplicates allowed).
-  Ticket Pull(uint32_t table, const uint64_t* keys, size_t n, float* out);
+  // `clock` is the worker's step the pull is for (the server may hold it until that step's
+  // parameters are ready, per the table's consistency mode).
+  Ticket Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, int64_t clock = 0);
   // Sparse gradients: grads[i*dim ..) is the gradient of keys[i]. `clock` is the worker's step;
   // `version` the parameter version this gradient was computed from (for staleness).
   Ticket Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
               int64_t clock = 0, uint64_t version = 0);
   // Dense: the whole table (table size floats).
-  Ticket PullDense(uint32_t table, float* out);
+  Ticket PullDense(uint32_t table, float* out, int64_t clock = 0);
   Ticket PushDense(uint32_t table, const float* grads, int64_t clock = 0, uint64_t version = 0);
   // Zero-copy: `grads` (table size floats) is sent as slices of the Buffer.
   Ticket PushDense(uint32_t table, const Buffer& grads, int64_t clock = 0, uint64_t version = 0);
@@ -84,6 +94,10 @@ class Client {
   Ticket InitDense(uint32_t table, const float* values);
 
   Status Wait(Ticket ticket);
+
+  // Compresses every later PushDense of `table` with `encoder` (nullptr: plain fp32). Not
+  // thread-safe with concurrent pushes to the same table; call before training starts.
+  void SetDenseEncoder(uint32_t table, DenseEncoder encoder);
 
   // Highest parameter version any reply of `table` reported.
   uint64_t version(uint32_t table) const;
@@ -93,9 +107,11 @@ class Client {
   struct Part;         // one outstanding message
   struct TicketState;  // one call
 
-  Ticket NewTicket(const std::string& what, Status immediate = Status::OK());
+  Ticket NewTicket(proto::Op op, uint32_t table, Status immediate = Status::OK());
   Ticket SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
                    float* out, int64_t clock, uint64_t version);
+  // What a ticket was for, for error messages (built only when an error is reported).
+  std::string Describe(proto::Op op, uint32_t table) const;
   Status CheckTable(uint32_t table, bool sparse) const;
   // Registers `part` and sends it; failures are recorded on the ticket.
   void SendPart(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
@@ -108,6 +124,7 @@ class Client {
   const proto::ShardMap map_;
   std::vector<PeerId> peers_;        // by server rank
   std::unordered_map<PeerId, int> server_of_peer_;
+  std::vector<DenseEncoder> dense_encoders_;  // by table id; set before use
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
