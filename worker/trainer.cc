@@ -104,8 +104,11 @@ Status Trainer::Step(data::Batch* batch) {
   rows_.resize(keys_.size() * dim_);
   row_grad_.resize(rows_.size());
   probs_.resize(batch->size);
-  Ticket pull_rows = client_->Pull(sparse_table_, keys_.data(), keys_.size(), rows_.data());
-  Ticket pull_dense = client_->PullDense(dense_table_, params_.data());
+  // Pulls carry the step they are for: in bsp/ssp the server answers once that step's
+  // parameters are ready.
+  int64_t clock = step_.load();
+  Ticket pull_rows = client_->Pull(sparse_table_, keys_.data(), keys_.size(), rows_.data(), clock);
+  Ticket pull_dense = client_->PullDense(dense_table_, params_.data(), clock);
   Status s1 = client_->Wait(pull_rows);
   Status s2 = client_->Wait(pull_dense);
   OSPREY_RETURN_IF_ERROR(WaitPushes());  // last step's pushes; they overlapped with this pull
@@ -117,7 +120,6 @@ Status Trainer::Step(data::Batch* batch) {
   if (!std::isfinite(loss)) {
     return Internal("step " + std::to_string(step_.load()) + ": loss is not finite");
   }
-  int64_t clock = step_.load();
   push_tickets_.push_back(client_->Push(sparse_table_, keys_.data(), keys_.size(),
                                         row_grad_.data(), clock, client_->version(sparse_table_)));
   push_tickets_.push_back(client_->PushDense(dense_table_, dense_grad_.data(), clock,

@@ -4,6 +4,8 @@
 #include <limits>
 #include <sstream>
 
+#include "common/codec/codec.h"
+#include "common/config/codec_yaml.h"
 #include "common/config/yaml_fields.h"
 
 namespace osprey::config {
@@ -62,6 +64,8 @@ void ParseTable(YamlFields& f, TableConfig* t) {
     s.Get("seed", &t->init.seed, 0, std::numeric_limits<uint64_t>::max());
   });
   f.Section("optimizer", [&](YamlFields& s) { ParseOptimizer(s, &t->optimizer); });
+  f.Section("consistency", [&](YamlFields& s) { ParseConsistency(s, &t->consistency); });
+  f.Section("codec", [&](YamlFields& s) { ParseCodec(s, &t->codec); });
   if (f.ok() && t->name.empty()) f.Fail("name", "every table needs a non-empty name");
 }
 
@@ -107,6 +111,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("timeout_ms", &job->client.timeout_ms, 1, 86400000);
     s.Get("max_inflight", &job->client.max_inflight, 1, 1 << 16);
   });
+  f.Section("checkpoint", [&](YamlFields& s) { ParseCheckpoint(s, &job->checkpoint); });
   f.Section("log", [&](YamlFields& s) {
     s.Get("level", &job->log_level, {"trace", "debug", "info", "warn", "error", "off"});
   });
@@ -127,6 +132,10 @@ Status Resolve(JobConfig* job) {
     if (!opt.ok()) {
       return InvalidArgument(file + ": tables[" + std::to_string(i) + "].optimizer: " +
                              opt.status().message());
+    }
+    Status codec = codec::ValidateCodecConfig(job->tables[i].codec);
+    if (!codec.ok()) {
+      return InvalidArgument(file + ": tables[" + std::to_string(i) + "].codec: " + codec.message());
     }
   }
   models::ModelConfig& mc = job->model.model;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/codec/codec_config.h"
+#include "common/config/consistency_config.h"
 #include "common/status.h"
 #include "server/optim/optimizer.h"
 #include "worker/data/synthetic.h"
@@ -47,6 +49,8 @@ struct TableConfig {
   uint64_t chunk_floats = 1 << 19;  // dense: placement chunk (2 MiB of fp32)
   InitConfig init;
   server::OptimizerConfig optimizer;
+  ConsistencyConfig consistency;  // merge-then-apply mode and staleness policies
+  codec::CodecConfig codec;       // compression of this table's pushes (default: none)
 };
 
 struct ModelSection {
@@ -83,6 +87,7 @@ struct JobConfig {
   DataConfig data;
   TrainConfig train;
   ClientSection client;
+  CheckpointConfig checkpoint;
   std::string log_level = "info";
 
   // Index of the table called `name` or -1.

@@ -119,6 +119,24 @@ TEST(JobConfigTest, MalformedOverrides) {
   ExpectError(kMinimal, {"train.steps=5", "train.steps.x=3"}, "below a plain value");
 }
 
+TEST(JobConfigTest, CodecAndConsistencySectionsAreValidated) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml",
+                            {"tables.mlp.codec.type=topk", "tables.mlp.codec.density=0.01",
+                             "tables.mlp.codec.error_feedback=true", "tables.mlp.consistency.mode=ssp",
+                             "tables.mlp.consistency.staleness_bound=3", "checkpoint.every_steps=50"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->tables[1].codec.type, "topk");
+  EXPECT_TRUE(job->tables[1].codec.error_feedback);
+  EXPECT_EQ(job->tables[1].consistency.mode, "ssp");
+  EXPECT_EQ(job->tables[1].consistency.staleness_bound, 3);
+  EXPECT_EQ(job->checkpoint.every_steps, 50);
+  ExpectError(kMinimal, {"tables.mlp.codec.type=zip"}, "tables[1].codec.type: 'zip' is not one of");
+  ExpectError(kMinimal, {"tables.mlp.codec.density=0"}, "tables[1].codec.density: value 0 is out of range");
+  ExpectError(kMinimal, {"tables.mlp.codec.type=onebit", "tables.mlp.codec.onebit_chunk=0"},
+              "tables[1].codec:");
+  ExpectError(kMinimal, {"tables.mlp.consistency.mode=eventual"}, "consistency.mode: 'eventual'");
+}
+
 TEST(JobConfigTest, MissingFileIsNotFound) {
   auto job = LoadJobConfig("/nonexistent/osprey.yaml");
   ASSERT_FALSE(job.ok());

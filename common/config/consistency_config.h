@@ -1,0 +1,36 @@
+// Per-table consistency (merge-then-apply) and staleness settings, and the job's checkpoint
+// settings: the typed form of `tables[].consistency` and `checkpoint` in a job config.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace osprey::config {
+
+class YamlFields;
+
+struct ConsistencyConfig {
+  std::string mode = "async";       // bsp | ssp | async
+  int staleness_bound = 4;          // ssp: a worker may run this many clocks ahead of the slowest
+  int64_t merge_window_us = 0;      // ssp/async: a window closes after this long (0: no time limit)
+  int merge_max_pushes = 1;         // ssp/async: ... or after this many pushes (1: apply per push)
+  std::string merge_reduce = "mean";  // mean | sum of the pushes merged in one window
+  // Staleness policies (combinable).
+  std::string lr_scale = "none";    // none | inverse (lr / max(1, s))
+  bool momentum_decay = false;      // mu_eff = max(0, mu - s_mean / (s_mean + 1))
+  float dc_lambda = 0.0f;           // > 0: DC-ASGD delay compensation with this lambda
+  int64_t drop_above = -1;          // >= 0: drop pushes with staleness above this
+  std::string non_finite = "reject";  // reject | skip_row
+};
+
+struct CheckpointConfig {
+  std::string dir;                  // where checkpoints go; empty: checkpoints off
+  int64_t every_steps = 0;          // 0: off
+  int every_seconds = 0;            // 0: off
+};
+
+// Reads `consistency` mappings and the `checkpoint` section (consistency_config.cc).
+void ParseConsistency(YamlFields& f, ConsistencyConfig* c);
+void ParseCheckpoint(YamlFields& f, CheckpointConfig* c);
+
+}  // namespace osprey::config
