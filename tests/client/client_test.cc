@@ -177,3 +177,29 @@ TEST_F(ClientTest, DenseEncoderIsCalledPerServerAndItsErrorsFailThePush) {
 
 }  // namespace
 }  // namespace osprey::worker
+
+namespace osprey::worker {
+namespace {
+
+TEST(ClientSingleServerTest, BulkPathKeepsKeyOrderAndDuplicates) {
+  InprocCluster cluster(1);
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Client client(ClientOptions{}, cluster.NewTransport(), cluster.map());
+  ASSERT_TRUE(client.Start().ok());
+  std::vector<uint64_t> keys = {9, 3, 9, 7};
+  std::vector<float> rows(16), single(4);
+  ASSERT_TRUE(client.Wait(client.Pull(0, keys.data(), 4, rows.data())).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(client.Wait(client.Pull(0, &keys[i], 1, single.data())).ok());
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(rows[i * 4 + d], single[d]) << "key " << keys[i];
+  }
+  std::vector<float> g(16, 1.0f);
+  ASSERT_TRUE(client.Wait(client.Push(0, keys.data(), 4, g.data())).ok());
+  std::vector<float> after(16);
+  ASSERT_TRUE(client.Wait(client.Pull(0, keys.data(), 4, after.data())).ok());
+  EXPECT_FLOAT_EQ(after[0], rows[0] - 1.0f);  // key 9 pushed twice: two SGD steps of 0.5
+  EXPECT_FLOAT_EQ(after[4], rows[4] - 0.5f);
+}
+
+}  // namespace
+}  // namespace osprey::worker

@@ -16,6 +16,7 @@ struct Client::Part {
   uint32_t table = 0;
   float* out = nullptr;                 // pulls: the caller's output
   std::vector<uint32_t> positions;      // sparse pull: row index in `out` of each key sent
+                                        // (empty: the keys are the call's keys, in order)
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // dense pull: (first float, floats) per chunk
   size_t expect_bytes = 0;              // pulls: reply values size
 };
@@ -177,6 +178,20 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
   Ticket ticket = NewTicket(proto::OP_PULL_SPARSE, table, bad);
   if (!bad.ok() || n == 0) return ticket;
   int num_servers = static_cast<int>(peers_.size());
+  size_t row_bytes = map_.tables(table).dim() * sizeof(float);
+  proto::Header h;
+  h.set_op(proto::OP_PULL_SPARSE);
+  h.set_table(table);
+  h.set_clock(clock);
+  if (num_servers == 1) {  // no partitioning: one copy of the keys, rows land in place
+    auto part = std::make_unique<Part>();
+    part->op = proto::OP_PULL_SPARSE;
+    part->table = table;
+    part->out = out;
+    part->expect_bytes = n * row_bytes;
+    SendPart(ticket, 0, h, Buffer::Copy(keys, n * sizeof(uint64_t)), Buffer(), std::move(part));
+    return ticket;
+  }
   std::vector<int32_t> owner(n);
   std::vector<size_t> counts(num_servers, 0);
   for (size_t i = 0; i < n; ++i) counts[owner[i] = ServerForKey(table, keys[i], num_servers)]++;
@@ -192,7 +207,7 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
     parts[s]->table = table;
     parts[s]->out = out;
     parts[s]->positions.reserve(counts[s]);
-    parts[s]->expect_bytes = counts[s] * map_.tables(table).dim() * sizeof(float);
+    parts[s]->expect_bytes = counts[s] * row_bytes;
   }
   for (size_t i = 0; i < n; ++i) {
     int s = owner[i];
@@ -201,10 +216,6 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
   }
   for (int s = 0; s < num_servers; ++s) {
     if (!parts[s]) continue;
-    proto::Header h;
-    h.set_op(proto::OP_PULL_SPARSE);
-    h.set_table(table);
-    h.set_clock(clock);
     SendPart(ticket, s, h, std::move(kbuf[s]), Buffer(), std::move(parts[s]));
   }
   return ticket;
@@ -217,6 +228,19 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   if (!bad.ok() || n == 0) return ticket;
   int num_servers = static_cast<int>(peers_.size());
   size_t dim = map_.tables(table).dim();
+  proto::Header h;
+  h.set_op(proto::OP_PUSH_SPARSE);
+  h.set_table(table);
+  h.set_clock(clock);
+  h.set_version(version);
+  if (num_servers == 1) {  // no partitioning: two bulk copies
+    auto part = std::make_unique<Part>();
+    part->op = proto::OP_PUSH_SPARSE;
+    part->table = table;
+    SendPart(ticket, 0, h, Buffer::Copy(keys, n * sizeof(uint64_t)),
+             Buffer::Copy(grads, n * dim * sizeof(float)), std::move(part));
+    return ticket;
+  }
   std::vector<int32_t> owner(n);
   std::vector<size_t> counts(num_servers, 0);
   for (size_t i = 0; i < n; ++i) counts[owner[i] = ServerForKey(table, keys[i], num_servers)]++;
@@ -238,11 +262,6 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   }
   for (int s = 0; s < num_servers; ++s) {
     if (counts[s] == 0) continue;
-    proto::Header h;
-    h.set_op(proto::OP_PUSH_SPARSE);
-    h.set_table(table);
-    h.set_clock(clock);
-    h.set_version(version);
     auto part = std::make_unique<Part>();
     part->op = proto::OP_PUSH_SPARSE;
     part->table = table;
@@ -364,7 +383,9 @@ void Client::OnReply(Message&& msg) {
   } else if (part->op == proto::OP_PULL_SPARSE || part->op == proto::OP_PULL_DENSE) {
     stats_.bytes_pulled += msg.values.size();
     const uint8_t* src = msg.values.data();
-    if (part->op == proto::OP_PULL_SPARSE) {
+    if (part->op == proto::OP_PULL_SPARSE && part->positions.empty()) {
+      std::memcpy(part->out, src, part->expect_bytes);  // single server: rows are in key order
+    } else if (part->op == proto::OP_PULL_SPARSE) {
       size_t row = part->expect_bytes / part->positions.size();
       for (uint32_t pos : part->positions) {
         std::memcpy(reinterpret_cast<uint8_t*>(part->out) + size_t{pos} * row, src, row);
