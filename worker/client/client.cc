@@ -17,7 +17,7 @@ struct Client::Part {
   float* out = nullptr;                 // pulls: the caller's output
   std::vector<uint32_t> positions;      // sparse pull: row index in `out` of each key sent
                                         // (empty: the keys are the call's keys, in order)
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // dense pull: (first float, floats) per chunk
+  const DenseRoute* route = nullptr;    // dense: the chunks of the message (owned by the client)
   size_t expect_bytes = 0;              // pulls: reply values size
 };
 
@@ -33,6 +33,31 @@ Client::Client(const ClientOptions& options, std::unique_ptr<Transport> transpor
                const proto::ShardMap& shard_map)
     : options_(options), transport_(std::move(transport)), map_(shard_map) {
   versions_.assign(map_.tables_size(), 0);
+  // Dense placement is fixed for the shard map's epoch: route every dense table once.
+  int num_servers = map_.server_endpoints_size();
+  dense_routes_.resize(map_.tables_size());
+  for (int t = 0; t < map_.tables_size(); ++t) {
+    const proto::TableSpec& spec = map_.tables(t);
+    if (spec.type() != proto::TABLE_DENSE || spec.chunk_floats() == 0) continue;
+    uint64_t size = spec.size(), chunk = spec.chunk_floats();
+    std::vector<std::vector<uint64_t>> chunks(num_servers);
+    for (uint64_t c = 0; c * chunk < size; ++c) {
+      chunks[ServerForChunk(static_cast<uint32_t>(t), c, num_servers)].push_back(c);
+    }
+    for (int s = 0; s < num_servers; ++s) {
+      if (chunks[s].empty()) continue;
+      DenseRoute r;
+      r.server = s;
+      r.keys = Buffer::Copy(chunks[s].data(), chunks[s].size() * sizeof(uint64_t));
+      for (size_t i = 0; i < chunks[s].size(); ++i) {
+        uint64_t first = chunks[s][i] * chunk, len = std::min(chunk, size - first);
+        r.ranges.emplace_back(first, len);
+        r.floats += len;
+        r.contiguous = r.contiguous && (i == 0 || chunks[s][i] == chunks[s][i - 1] + 1);
+      }
+      dense_routes_[t].push_back(std::move(r));
+    }
+  }
 }
 
 Client::~Client() { Stop(); }
@@ -297,38 +322,24 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
   }
   Ticket ticket = NewTicket(op, table, bad);
   if (!bad.ok()) return ticket;
-  const proto::TableSpec& spec = map_.tables(table);
-  uint64_t size = spec.size(), chunk = spec.chunk_floats();
-  uint64_t num_chunks = (size + chunk - 1) / chunk;
-  int num_servers = static_cast<int>(peers_.size());
-  std::vector<std::vector<uint64_t>> chunks(num_servers);
-  for (uint64_t c = 0; c < num_chunks; ++c) chunks[ServerForChunk(table, c, num_servers)].push_back(c);
   const float* src = in_buffer ? in_buffer->as<float>() : in;
-  for (int s = 0; s < num_servers; ++s) {
-    if (chunks[s].empty()) continue;
-    const auto& cs = chunks[s];
-    Buffer kbuf = Buffer::Copy(cs.data(), cs.size() * sizeof(uint64_t));
+  for (const DenseRoute& route : dense_routes_[table]) {
+    int s = route.server;
     auto part = std::make_unique<Part>();
     part->op = op;
     part->table = table;
     part->out = out;
-    uint64_t floats = 0;
-    bool contiguous = true;
-    for (size_t i = 0; i < cs.size(); ++i) {
-      uint64_t first = cs[i] * chunk, len = std::min(chunk, size - first);
-      part->ranges.emplace_back(first, len);
-      floats += len;
-      contiguous = contiguous && (i == 0 || cs[i] == cs[i - 1] + 1);
-    }
+    part->route = &route;
+    uint64_t floats = route.floats;
     Buffer vbuf;
     if (op == proto::OP_PULL_DENSE) {
       part->expect_bytes = floats * sizeof(float);
-    } else if (in_buffer != nullptr && contiguous) {
-      vbuf = in_buffer->Slice(cs[0] * chunk * sizeof(float), floats * sizeof(float));
+    } else if (in_buffer != nullptr && route.contiguous) {
+      vbuf = in_buffer->Slice(route.ranges[0].first * sizeof(float), floats * sizeof(float));
     } else {
       vbuf = Buffer::Allocate(floats * sizeof(float));
       uint8_t* p = vbuf.mutable_data();
-      for (const auto& [first, len] : part->ranges) {
+      for (const auto& [first, len] : route.ranges) {
         std::memcpy(p, src + first, len * sizeof(float));
         p += len * sizeof(float);
       }
@@ -348,7 +359,7 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
       }
       vbuf = std::move(encoded);
     }
-    SendPart(ticket, s, h, std::move(kbuf), std::move(vbuf), std::move(part));
+    SendPart(ticket, s, h, route.keys, std::move(vbuf), std::move(part));
   }
   return ticket;
 }
@@ -392,7 +403,7 @@ void Client::OnReply(Message&& msg) {
         src += row;
       }
     } else {
-      for (const auto& [first, len] : part->ranges) {
+      for (const auto& [first, len] : part->route->ranges) {
         std::memcpy(part->out + first, src, len * sizeof(float));
         src += len * sizeof(float);
       }
@@ -420,10 +431,11 @@ Status Client::Wait(Ticket ticket) {
   if (stopped_ && t->status.ok() && t->remaining > 0) t->status = Aborted("client stopped");
   Status result = t->status;
   // Drop the ticket's outstanding parts so late replies never touch the caller's memory.
-  for (auto p = pending_.begin(); p != pending_.end();) {
+  for (auto p = pending_.begin(); t->remaining > 0 && p != pending_.end();) {
     if (p->second->ticket == ticket) {
       p = pending_.erase(p);
       --inflight_;
+      --t->remaining;
     } else {
       ++p;
     }

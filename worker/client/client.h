@@ -105,6 +105,14 @@ class Client {
 
  private:
   struct Part;         // one outstanding message
+  // The chunks of one dense table that one server owns, computed once per shard map.
+  struct DenseRoute {
+    int server = 0;
+    Buffer keys;                                        // chunk ids (the keys frame)
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (first float, floats) per chunk
+    uint64_t floats = 0;
+    bool contiguous = true;                             // chunks form one range of the table
+  };
   struct TicketState;  // one call
 
   Ticket NewTicket(proto::Op op, uint32_t table, Status immediate = Status::OK());
@@ -125,6 +133,7 @@ class Client {
   std::vector<PeerId> peers_;        // by server rank
   std::unordered_map<PeerId, int> server_of_peer_;
   std::vector<DenseEncoder> dense_encoders_;  // by table id; set before use
+  std::vector<std::vector<DenseRoute>> dense_routes_;  // by table id; immutable after construction
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
