@@ -63,7 +63,6 @@ void ConfigureSocket(void* s) {
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
   zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof(zero));
   zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof(zero));
-  if (getenv("TMP_BUF")) { int b = atoi(getenv("TMP_BUF")); zmq_setsockopt(s, ZMQ_SNDBUF, &b, sizeof(b)); zmq_setsockopt(s, ZMQ_RCVBUF, &b, sizeof(b)); }
 }
 
 // The echo server body (child process): ROUTER, replies `reply_bytes` from a persistent buffer.

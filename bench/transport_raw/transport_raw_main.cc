@@ -5,7 +5,8 @@
 // the transport's ratio to raw. Each case runs `--reps` times (default 3) with the three variants
 // interleaved, and reports the median, so drift on a noisy VM hits all of them alike.
 //
-// Flags: --quick (fewer iterations), --transport tcp|ipc (default both), --reps N, --max-bytes N,
+// Flags: --quick (fewer iterations), --transport tcp|ipc (default both), --reps N,
+//        --min-bytes N, --max-bytes N (which cases),
 //        --no-malloc-tuning, --no-single-arena (tuning without M_ARENA_MAX=1), --in-process.
 #include <malloc.h>
 
@@ -69,7 +70,7 @@ std::string Cell(const Case& k, const Summary& s) {
 int Main(int argc, char** argv) {
   bool quick = false, tune = true, single_arena = true, in_process = false;
   int reps = 3;
-  size_t max_bytes = SIZE_MAX;
+  size_t min_bytes = 0, max_bytes = SIZE_MAX;
   std::vector<std::string> transports = {"tcp", "ipc"};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -79,6 +80,7 @@ int Main(int argc, char** argv) {
     else if (a == "--in-process") in_process = true;
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--transport" && i + 1 < argc) transports = {argv[++i]};
+    else if (a == "--min-bytes" && i + 1 < argc) min_bytes = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::strtoull(argv[++i], nullptr, 10);
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
@@ -106,7 +108,7 @@ int Main(int argc, char** argv) {
   TransportOptions options;
   for (const std::string& tr : transports) {
     for (const Case& k : cases) {
-      if (k.bytes > max_bytes) continue;
+      if (k.bytes < min_bytes || k.bytes > max_bytes) continue;
       EchoBenchConfig c;
       c.transport = tr;
       c.bytes = k.bytes;
