@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -171,6 +172,10 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
     sockets_changed_ = true;
   }
   if (zmq_bind(router_, endpoint.c_str()) != 0) return BindError(endpoint, zmq_errno());
+  struct stat st;
+  if (StartsWith(endpoint, "ipc://") && ::stat(endpoint.c_str() + 6, &st) == 0) {
+    ipc_files_.emplace_back(endpoint.substr(6), static_cast<uint64_t>(st.st_ino));
+  }
   char bound[1024];
   size_t len = sizeof(bound);
   if (zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, bound, &len) != 0) return endpoint;
@@ -227,6 +232,13 @@ void ZmqTransport::Stop() {
 
 void ZmqTransport::CloseSockets() {
   for (void* s : sockets_) zmq_close(s);  // linger (options.linger_ms) applies from here
+  for (const auto& [path, inode] : ipc_files_) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_ino) == inode) {
+      ::unlink(path.c_str());
+    }
+  }
+  ipc_files_.clear();
   sockets_.clear();
   socket_peers_.clear();
   peers_.clear();

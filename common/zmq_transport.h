@@ -42,6 +42,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/transport.h"
@@ -66,7 +67,8 @@ class ZmqTransport final : public Transport {
   void SetHandler(Handler handler) override;
   // Errors: FailedPrecondition (no handler, already started, or stopped).
   Status Start() override;
-  // Joins the I/O thread, then closes the sockets (options.linger_ms) and the context. Idempotent.
+  // Joins the I/O thread, then closes the sockets (options.linger_ms) and removes the ipc socket
+  // files it bound; the destructor closes the context. Idempotent.
   // Must not be called from the handler (it would wait for itself); from there it only requests
   // the stop, and a later Stop() or the destructor completes it.
   void Stop() override;
@@ -112,6 +114,9 @@ class ZmqTransport final : public Transport {
   std::vector<Peer> peers_;       // GUARDED_BY(mu_); index = PeerId
   std::unordered_map<std::string, PeerId> routing_ids_;  // GUARDED_BY(mu_)
   std::mt19937_64 rng_;           // GUARDED_BY(mu_); DEALER routing identities
+  // ipc socket files this transport created (path, inode): ZeroMQ 4.3 leaves them behind, so
+  // Stop removes them -- unless another listener has replaced the file since.
+  std::vector<std::pair<std::string, uint64_t>> ipc_files_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace osprey

@@ -188,6 +188,7 @@ TEST(ZmqTransportTest, MessagesSentBeforeTheListenerExistsArriveOnceItBinds) {
     ASSERT_TRUE(received.WaitFor(1));
     EXPECT_EQ(Str(received.Take()[0].header), "early");
     server.Stop();
+    EXPECT_NE(::access(path.c_str(), F_OK), 0) << "Stop leaves no socket file behind";
   }
   client.Stop();
   ::unlink(path.c_str());
