@@ -1,0 +1,127 @@
+// Private to worker/cuda/dlrm: GpuDlrm's state, shared by gpu_dlrm.cc (lifecycle, argument
+// checks, host conveniences) and dlrm_passes.cc (the forward and backward passes).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "worker/cuda/codec_kernels.h"
+#include "worker/cuda/cuda_check.cuh"
+#include "worker/cuda/dlrm/dlrm_kernels.h"
+#include "worker/cuda/dlrm/gpu_dlrm.h"
+
+namespace osprey::cuda {
+
+inline Status CublasStatus(cublasStatus_t st, const char* expr, const char* file, int line) {
+  const std::string what = std::string(file) + ":" + std::to_string(line) + ": " + expr + ": " +
+                           cublasGetStatusName(st) + " (" + cublasGetStatusString(st) + ")";
+  if (st == CUBLAS_STATUS_ALLOC_FAILED) return ResourceExhausted(what);
+  return Internal(what);
+}
+
+}  // namespace osprey::cuda
+
+// Returns a Status from the enclosing function when the cuBLAS call fails.
+#define OSPREY_CUBLAS_RETURN_IF_ERROR(expr)                                                \
+  do {                                                                                     \
+    const cublasStatus_t _osprey_cublas_st = (expr);                                       \
+    if (_osprey_cublas_st != CUBLAS_STATUS_SUCCESS) {                                      \
+      return ::osprey::cuda::CublasStatus(_osprey_cublas_st, #expr, __FILE__, __LINE__); \
+    }                                                                                      \
+  } while (0)
+
+namespace osprey::cuda {
+
+// Makes a device current for a scope and restores the caller's device when the scope ends, so
+// that GpuDlrm never changes which device the calling thread works on.
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice() {
+    if (restore_ >= 0) (void)cudaSetDevice(restore_);
+  }
+
+  Status Enter(int device) {
+    int current = 0;
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    if (current != device) {
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+      restore_ = current;
+    }
+    return Status::OK();
+  }
+
+ private:
+  int restore_ = -1;
+};
+
+// One fully connected layer: offsets into the flat parameter vector (models::Dlrm's layout).
+struct DenseLayer {
+  int in = 0;
+  int out = 0;
+  size_t weight = 0;  // W [in x out], input-major
+  size_t bias = 0;    // b [out]
+  bool relu = false;
+};
+
+struct GpuDlrm::Impl {
+  // Device memory sized for max_batch samples at Make.
+  struct Buffers {
+    DeviceBuffer pairs;                     // u32 [num_pairs], see dlrm::InteractionShape
+    std::vector<DeviceBuffer> bottom_acts;  // per bottom layer [max_batch x out]
+    std::vector<DeviceBuffer> top_acts;     // per top layer [max_batch x out]
+    DeviceBuffer top_input;                 // [max_batch x top_ld]
+    DeviceBuffer top_grad;                  // d loss / d top_input, [max_batch x top_ld]
+    DeviceBuffer grad_a, grad_b;            // ping-pong activation gradients [max_batch x widest]
+    DeviceBuffer ones;                      // [max_batch] of 1.0f: bias gradients as a gemv
+  };
+  // Grow-only device copies of the *Host conveniences' arguments and results.
+  struct Staging {
+    DeviceBuffer params, rows, row_index, dense, labels, dense_grad, row_grad, probs, loss;
+  };
+
+  ~Impl();
+
+  // The passes (dlrm_passes.cc). Preconditions: arguments checked, device current, cuBLAS on
+  // `stream`, 0 < n <= max_batch.
+  // Forward leaves every activation in `buffers`; the logits in buffers.top_acts.back().
+  Status Forward(const float* params, const float* rows, size_t num_rows, const int32_t* row_index,
+                 const float* dense, int n, cudaStream_t stream);
+  // Forward, loss and backward; row_grad must already be zero.
+  Status ForwardBackward(const float* params, const float* rows, size_t num_rows, const int32_t* row_index,
+                         const float* dense, const float* labels, int n, float* dense_grad, float* row_grad,
+                         float* probs, float* loss, cudaStream_t stream);
+  // Runs `layers` on input [n x layers[0].in] (row stride input_ld); acts[l] receives layer l's
+  // output [n x out].
+  Status MlpForward(const std::vector<DenseLayer>& layers, const float* params, const float* input, int input_ld,
+                    int n, std::vector<DeviceBuffer>* acts, cudaStream_t stream);
+  // Back-propagates d(output of the last layer), in `grad` (clobbered, as is `spare`, both
+  // [n x widest]) through `layers`: writes each layer's W and b gradient into dense_grad and, when
+  // input_grad is not null, d(input) there with row stride input_grad_ld.
+  Status MlpBackward(const std::vector<DenseLayer>& layers, const float* params, const float* input, int input_ld,
+                     int n, const std::vector<DeviceBuffer>& acts, float* grad, float* spare, float* dense_grad,
+                     float* input_grad, int input_grad_ld, cudaStream_t stream);
+  dlrm::InteractionShape ShapeFor(size_t num_rows) const;
+
+  models::DlrmConfig config;
+  GpuDlrmOptions options;
+  int device = 0;
+  int max_batch = 0;
+  int top_in = 0;     // embedding_dim + (F + 1) * F / 2
+  int top_ld = 0;     // top_in rounded up to 4 floats: 16-byte aligned rows for the tensor cores
+  int num_pairs = 0;
+  size_t num_params = 0;
+  std::vector<DenseLayer> bottom;
+  std::vector<DenseLayer> top;
+  cublasHandle_t blas = nullptr;
+  cudaStream_t host_stream = nullptr;  // the *Host conveniences' stream
+  Buffers buffers;
+  Staging staging;
+};
+
+}  // namespace osprey::cuda
