@@ -91,7 +91,8 @@ TEST(GpuDlrmErrorsTest, HostInputsAreChecked) {
     return gpu->ForwardBackwardHost(q.params.data(), q.rows.data(), q.num_rows(), q.row_index.data(), q.batch,
                                     dense_grad.data(), row_grad.data(), probs.data(), &loss);
   };
-  ASSERT_TRUE(run(p).ok());
+  const Status good = run(p);
+  ASSERT_TRUE(good.ok()) << good.ToString();
   Problem bad_index = p;
   bad_index.row_index[5] = static_cast<int32_t>(p.num_rows());
   EXPECT_EQ(run(bad_index).code(), StatusCode::kInvalidArgument);
