@@ -1,5 +1,6 @@
 #include "server/native_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -39,6 +40,15 @@ class DenseTable {
     return it == chunks_.end() ? nullptr : &it->second;
   }
   const Optimizer& optimizer() const { return *optimizer_; }
+  // fn(chunk id, chunk) for every owned chunk, in chunk order; stops at the first error.
+  template <typename Fn>
+  Status ForEachChunk(Fn&& fn) const {
+    std::vector<uint64_t> ids;
+    for (const auto& [c, ch] : chunks_) ids.push_back(c);
+    std::sort(ids.begin(), ids.end());
+    for (uint64_t c : ids) OSPREY_RETURN_IF_ERROR(fn(c, chunks_.at(c)));
+    return Status::OK();
+  }
 
  private:
   const uint64_t size_;
@@ -129,6 +139,53 @@ Status NativeStore::InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
     values += c->w.size();
   }
   return Status::OK();
+}
+
+Status NativeStore::ExportRecords(uint32_t table, const RecordVisitor& visit) const {
+  if (SparseTable* t = sparse(table)) {
+    Status first;
+    t->ForEachRow([&](uint64_t key, const float* row) {
+      if (first.ok()) first = visit(key, row, t->row_floats());
+    });
+    return first;
+  }
+  DenseTable* t = dense(table);
+  if (t == nullptr) return Internal("no table " + std::to_string(table));
+  std::vector<float> record;
+  return t->ForEachChunk([&](uint64_t c, const DenseTable::Chunk& ch) -> Status {
+    if (!ch.initialized) return Status::OK();
+    record.assign(ch.w.begin(), ch.w.end());
+    record.insert(record.end(), ch.state.begin(), ch.state.end());
+    return visit(c, record.data(), record.size());
+  });
+}
+
+Status NativeStore::ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) {
+  size_t want = RecordFloats(table, key);
+  if (floats != want) {
+    return InvalidArgument("table " + std::to_string(table) + " record " + std::to_string(key) +
+                           " has " + std::to_string(floats) + " floats, this server's layout needs " +
+                           std::to_string(want) + " (another optimizer or dim?)");
+  }
+  if (SparseTable* t = sparse(table)) {
+    std::memcpy(t->FindOrCreate(key), data, floats * sizeof(float));
+    return Status::OK();
+  }
+  DenseTable* t = dense(table);
+  DenseTable::Chunk* c = t == nullptr ? nullptr : t->Get(key);
+  if (c == nullptr) return InvalidArgument("chunk " + std::to_string(key) + " is not owned here");
+  std::memcpy(c->w.data(), data, c->w.size() * sizeof(float));
+  std::memcpy(c->state.data(), data + c->w.size(), c->state.size() * sizeof(float));
+  c->initialized = true;
+  return Status::OK();
+}
+
+size_t NativeStore::RecordFloats(uint32_t table, uint64_t key) const {
+  if (SparseTable* t = sparse(table)) return t->row_floats();
+  DenseTable* t = dense(table);
+  if (t == nullptr) return 0;
+  DenseTable::Chunk* c = t->Get(key);
+  return c == nullptr ? 0 : c->w.size() + c->state.size();
 }
 
 size_t NativeStore::ChunkFloats(uint32_t table, uint64_t chunk) const {

@@ -10,22 +10,33 @@
 // ownership, codec, finite gradients. A bad request gets an OP_ERROR reply naming the problem and
 // is counted in stats().bad_requests; nothing of it is applied and the server keeps serving.
 //
-// Threading: requests are handled on the transport's I/O thread, one at a time, so the Store needs
-// no locks. Listen/Activate/Stop/stats may be called from any thread.
+// Pushes are merged into per-table merge windows and applied as one optimizer step when the
+// window closes; pulls may be held until their clock is ready (bsp / ssp). The rules are in
+// table_shard.h. A held pull is answered later, from whichever thread closed the window.
+//
+// Threading: requests are handled on the transport's I/O thread. All Store and TableShard work
+// happens under work_mu_, so the Store is used by one thread at a time: the I/O thread, the timer
+// thread (started by Activate only when a table has a merge_window_us) and callers of
+// SetLiveWorkers (the heartbeat thread). Transport::Send is thread-safe. Listen, Activate,
+// SetLiveWorkers, Stop and stats may be called from any thread.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/config/job_config.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "proto/wire.h"
+#include "server/codec_decode.h"
 #include "server/store.h"
+#include "server/table_shard.h"
 
 namespace osprey::server {
 
@@ -34,7 +45,13 @@ struct ServerStatsSnapshot {
   uint64_t bad_requests = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
-  uint64_t pushes_applied = 0;
+  uint64_t pushes_applied = 0;   // pushes merged into applied windows
+  uint64_t pushes_dropped = 0;   // drop_above
+  uint64_t rows_skipped = 0;     // non_finite skip_row
+  uint64_t windows_applied = 0;  // optimizer steps
+  uint64_t pulls_held = 0;
+  // staleness[0]: pushes with s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds larger.
+  std::vector<uint64_t> staleness;
 };
 
 class Server {
@@ -51,24 +68,47 @@ class Server {
   Status Activate(int rank, const proto::ShardMap& map,
                   const std::vector<config::TableConfig>& tables);
 
+  // The ranks of the live workers (from the coordinator's ClusterState). bsp windows and ssp
+  // bounds count only these, so a dead worker no longer holds the others. Until the first call
+  // every worker that sent a request counts. Thread-safe; may be called before Activate.
+  void SetLiveWorkers(std::vector<int> ranks);
+
+  // Checkpoints (server/checkpoint.h). Call before Activate. With `checkpoint.dir` set the server
+  // writes its file there every `every_steps` optimizer steps (counted on the table with the
+  // most) and every `every_seconds`, checked after each push; OP_CHECKPOINT writes one on demand.
+  void SetCheckpointConfig(const config::CheckpointConfig& checkpoint);
+  // Activate restores the checkpoint in `dir` (any server count) before serving anything; a bad
+  // checkpoint makes Activate fail with nothing loaded.
+  void SetRestoreDir(const std::string& dir);
+  // Writes this server's checkpoint file into `dir` now; returns its path. Thread-safe.
+  StatusOr<std::string> Checkpoint(const std::string& dir);
+
+  // Stops the transport and the timer thread; held pulls are dropped unanswered.
   void Stop();
 
   ServerStatsSnapshot stats() const;
   int rank() const { return rank_; }
+  // Compressed pushes decoded so far (frames, bytes, time); readable from any thread.
+  const DecodeStats& decode_stats() const { return decode_stats_; }
 
  private:
-  struct TableState {
-    proto::TableSpec spec;
-    uint64_t num_chunks = 0;
-    uint64_t version = 0;  // pushes applied
-  };
-
   void OnMessage(Message&& msg);
   void Handle(Message&& msg);
-  // Validates and executes one request; fills reply values. Errors become OP_ERROR replies.
-  Status Execute(const proto::Header& h, const Message& msg, proto::Header* reply, Buffer* values);
-  Status ValidateKeys(const proto::Header& h, const Message& msg, const TableState& t);
-  Status CheckFinite(const proto::Header& h, const Message& msg, const TableState& t);
+  // Validates and executes one request; fills reply values. Errors become OP_ERROR replies. A pull
+  // whose clock is not ready sets *held and gets no reply now. Called under work_mu_.
+  Status Execute(const proto::Header& h, const Message& msg, proto::Header* reply, Buffer* values,
+                 bool* held);
+  Status ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,
+                   Buffer* values);
+  Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t);
+  // Closes due windows of `t` and answers the pulls that became ready. Called under work_mu_.
+  void Release(TableShard* t);
+  void TimerLoop();
+  StatusOr<std::string> CheckpointLocked(const std::string& dir);
+  // Activate's restore from restore_dir_ (if set) and the periodic-checkpoint counters.
+  Status RestoreLocked(const proto::ShardMap& map);
+  // Periodic checkpoints (every_steps / every_seconds). Called under work_mu_ after a push.
+  void MaybeCheckpoint();
   void Reply(PeerId peer, const proto::Header& header, Buffer values);
   void ReplyError(PeerId peer, const proto::Header& request, const Status& status);
 
@@ -83,13 +123,27 @@ class Server {
   int rank_ = -1;
   uint64_t epoch_ = 0;
   int num_servers_ = 0;
-  std::vector<TableState> tables_;
 
+  // Every Store and TableShard call; see "Threading" above. Taken after mu_ when both are held.
+  std::mutex work_mu_;
+  std::vector<std::unique_ptr<TableShard>> tables_;  // GUARDED_BY(work_mu_) after Activate
+  std::vector<int> live_;                            // GUARDED_BY(work_mu_)
+  bool live_known_ = false;                          // GUARDED_BY(work_mu_)
+  bool stopping_ = false;                            // GUARDED_BY(work_mu_)
+  std::condition_variable timer_cv_;
+  std::thread timer_;
+
+  ServerCounters counters_;
+  config::CheckpointConfig checkpoint_;                 // set before Activate
+  std::string restore_dir_;                             // set before Activate
+  std::vector<config::TableConfig> table_configs_;      // GUARDED_BY(work_mu_)
+  uint64_t next_checkpoint_step_ = 0;                   // GUARDED_BY(work_mu_)
+  int64_t last_checkpoint_us_ = 0;                      // GUARDED_BY(work_mu_)
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> bad_requests_{0};
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
-  std::atomic<uint64_t> pushes_applied_{0};
+  DecodeStats decode_stats_;
 };
 
 }  // namespace osprey::server

@@ -1,12 +1,13 @@
 // osprey-server: serves the shards of one server rank of a job.
 //
-//   osprey-server --config JOB.yaml [--set key=value]... [--listen ENDPOINT]
+//   osprey-server --config JOB.yaml [--set key=value]... [--listen ENDPOINT] [--restore DIR]
 //
 // Binds (tcp://HOST:0 or ipc://IPC_DIR/server-PID.sock unless --listen), registers with the
 // coordinator, creates its shards, serves until the coordinator says the job is over.
 // Exit codes: 0 job finished, 1 runtime failure (coordinator lost, bind failed), 2 usage/config.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
   config::AddNodeFlags(&app, &flags);
   std::string listen;
   app.add_option("--listen", listen, "endpoint to bind (default: from cluster.transport/host)");
+  std::string restore;
+  app.add_option("--restore", restore,
+                 "checkpoint directory to resume from (any server count; refused if corrupt)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,6 +91,12 @@ int main(int argc, char** argv) {
   req.set_requested_rank(-1);
   auto reg = (*coord)->Register(req, job->cluster.startup_timeout_ms);
   if (!reg.ok()) return Fail(reg.status(), "register");
+  // Every worker is live at the start (all registered before the reply); heartbeats update it.
+  std::vector<int> workers(static_cast<size_t>(std::max(0, reg->num_workers())));
+  for (size_t i = 0; i < workers.size(); ++i) workers[i] = static_cast<int>(i);
+  srv.SetLiveWorkers(workers);
+  srv.SetCheckpointConfig(job->checkpoint);
+  if (!restore.empty()) srv.SetRestoreDir(restore);
   Status s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
   if (!s.ok()) return Fail(s, "activate");
   OSPREY_LOG_INFO("server {} of {} serving on {}", reg->rank(), reg->num_servers(), *bound);
@@ -105,6 +115,12 @@ int main(int argc, char** argv) {
   };
   hb.on_state = [&](const proto::ClusterState& st) {
     if (st.shutting_down()) finished.store(true);
+    // bsp windows and ssp bounds wait only for live workers: a dead one releases them.
+    std::vector<int> live;
+    for (const proto::NodeState& n : st.nodes()) {
+      if (n.role() == proto::ROLE_WORKER && n.alive()) live.push_back(n.rank());
+    }
+    if (!st.nodes().empty()) srv.SetLiveWorkers(std::move(live));
   };
   hb.on_lost = [&](const Status& why) {
     OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
@@ -119,6 +135,23 @@ int main(int argc, char** argv) {
   OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad), {} pushes applied, {} MB in, {} MB out",
                   rank, st.requests, st.bad_requests, st.pushes_applied, st.bytes_in >> 20,
                   st.bytes_out >> 20);
+  std::string hist;
+  for (size_t i = 0; i < st.staleness.size(); ++i) {
+    if (st.staleness[i] == 0) continue;
+    hist += (hist.empty() ? "" : ", ") +
+            (i == 0 ? std::string("0") : "[" + std::to_string(1ull << (i - 1)) + "," +
+                                             std::to_string(1ull << i) + ")") +
+            ": " + std::to_string(st.staleness[i]);
+  }
+  OSPREY_LOG_INFO("server {}: {} optimizer steps, {} pulls held, {} pushes dropped, {} rows "
+                  "skipped; push staleness {{{}}}",
+                  rank, st.windows_applied, st.pulls_held, st.pushes_dropped, st.rows_skipped, hist);
+  const server::DecodeStats& ds = srv.decode_stats();
+  if (ds.frames.load() > 0) {
+    OSPREY_LOG_INFO("server {} decoded {} compressed pushes: {} -> {} B in {:.1f} ms", rank,
+                    ds.frames.load(), ds.bytes_encoded.load(), ds.bytes_decoded.load(),
+                    ds.decode_nanos.load() / 1e6);
+  }
   (*coord)->Stop();
   srv.Stop();
   return lost.load() ? 1 : 0;

@@ -8,7 +8,10 @@
 namespace osprey::server {
 namespace {
 
-constexpr size_t kPrefetchDistance = 8;
+// Two-stage prefetch: the hash slot of key i+kSlotDistance, then the row of key i+kRowDistance
+// (whose slot was fetched kSlotDistance-kRowDistance iterations earlier).
+constexpr size_t kSlotDistance = 16;
+constexpr size_t kRowDistance = 8;
 
 // Uniform in [0, 1) from the top 24 bits of a 64-bit hash.
 inline float UnitFloat(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }
@@ -98,7 +101,8 @@ float* SparseTable::Find(uint64_t key) const {
 
 void SparseTable::Pull(const uint64_t* keys, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) {
-    if (i + kPrefetchDistance < n) Prefetch(keys[i + kPrefetchDistance]);
+    if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
+    if (i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
     std::memcpy(out + i * dim_, FindOrCreate(keys[i]), sizeof(float) * dim_);
   }
 }
@@ -106,7 +110,8 @@ void SparseTable::Pull(const uint64_t* keys, size_t n, float* out) {
 void SparseTable::Push(const uint64_t* keys, size_t n, const float* grads,
                        const ApplyOptions& options) {
   for (size_t i = 0; i < n; ++i) {
-    if (i + kPrefetchDistance < n) Prefetch(keys[i + kPrefetchDistance]);
+    if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
+    if (i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
     float* row = FindOrCreate(keys[i]);
     optimizer_->Apply(row, row + dim_, grads + i * dim_, dim_, options);
   }

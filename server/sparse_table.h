@@ -38,6 +38,16 @@ class SparseTable {
   // Writes the initial weights of `key` into w[0..dim).
   void InitialWeights(uint64_t key, float* w) const;
 
+  // Floats per row: dim weights then the optimizer state.
+  size_t row_floats() const { return row_floats_; }
+  // Calls fn(key, row) for every row, in row-creation order.
+  template <typename Fn>
+  void ForEachRow(Fn&& fn) const {
+    for (const Slot& s : slots_) {
+      if (s.row != kEmpty) fn(s.key, static_cast<const float*>(RowPtr(s.row)));
+    }
+  }
+
  private:
   struct Slot {
     uint64_t key;
@@ -49,6 +59,15 @@ class SparseTable {
   size_t SlotOf(uint64_t key) const { return (Hash(key)) & mask_; }
   static uint64_t Hash(uint64_t key);
   void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[SlotOf(key)]); }
+  // Second stage: once the slot is (likely) cached, prefetch the row it points to (first two
+  // cache lines: the weights the optimizer reads first). A miss on the home slot is skipped.
+  void PrefetchRow(uint64_t key) const {
+    const Slot& s = slots_[SlotOf(key)];
+    if (s.row == kEmpty || s.key != key) return;
+    const float* r = RowPtr(s.row);
+    __builtin_prefetch(r);
+    if (row_floats_ > 16) __builtin_prefetch(r + 16);
+  }
   float* RowPtr(uint32_t row) const {
     return blocks_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_floats_;
   }

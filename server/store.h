@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,17 @@ class Store {
   // worker may send the same initial values without coordination.
   virtual Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
                             const float* values) = 0;
+
+  // Checkpoints. A record is a sparse row or an owned dense chunk: its weights followed by its
+  // optimizer state (the optimizer's layout), `RecordFloats` floats in all.
+  using RecordVisitor = std::function<Status(uint64_t key, const float* data, size_t floats)>;
+  // Calls `visit` once per record of `table` (sparse: rows in storage order; dense: owned chunks
+  // that were initialized); stops at the first error and returns it.
+  virtual Status ExportRecords(uint32_t table, const RecordVisitor& visit) const = 0;
+  // Overwrites (creating if needed) the record `key` with `floats` floats laid out as exported.
+  // InvalidArgument when `floats` is not RecordFloats(table, key) or the chunk is not owned.
+  virtual Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) = 0;
+  virtual size_t RecordFloats(uint32_t table, uint64_t key) const = 0;
 
   // Number of floats of dense chunk `chunk` of `table` (the last chunk may be short).
   virtual size_t ChunkFloats(uint32_t table, uint64_t chunk) const = 0;

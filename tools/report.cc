@@ -38,11 +38,16 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
     train_seconds = std::max(train_seconds, w.train_seconds());
     r.bytes_pushed += w.bytes_pushed();
     r.bytes_pulled += w.bytes_pulled();
+    r.dense_bytes_raw += w.dense_push_bytes_raw();
+    r.dense_bytes_encoded += w.dense_push_bytes_encoded();
+    r.encode_seconds += w.encode_seconds();
+    r.compressed_messages += w.compressed_messages();
     if (w.rank() == 0) {
       r.auc = w.auc();
       r.oracle_auc = w.oracle_auc();
       r.logloss = w.logloss();
       r.eval_samples = w.eval_samples();
+      if (w.compressed_messages() > 0) r.last_density = w.last_density();
     }
   }
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
@@ -77,7 +82,19 @@ std::string FormatReport(const JobReport& r) {
                 Fixed(r.logloss, 4).c_str(), static_cast<unsigned long long>(r.steps),
                 r.samples_per_sec, FormatBytes(r.bytes_pushed).c_str(),
                 FormatBytes(r.bytes_pulled).c_str());
-  return buf;
+  std::string out = buf;
+  if (r.compressed_messages > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "  compression       dense pushes %s -> %s (%.1fx), encode %.1f ms in %llu "
+                  "messages%s%s\n",
+                  FormatBytes(r.dense_bytes_raw).c_str(), FormatBytes(r.dense_bytes_encoded).c_str(),
+                  r.dense_bytes_encoded > 0 ? static_cast<double>(r.dense_bytes_raw) / r.dense_bytes_encoded : 0.0,
+                  r.encode_seconds * 1e3, static_cast<unsigned long long>(r.compressed_messages),
+                  r.last_density < 1 ? ", last density " : "",
+                  r.last_density < 1 ? Fixed(r.last_density, 4).c_str() : "");
+    out += buf;
+  }
+  return out;
 }
 
 std::string ReportJson(const JobReport& r) {

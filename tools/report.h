@@ -27,11 +27,18 @@ struct JobReport {
   uint64_t bytes_pulled = 0;
   double wall_seconds = 0;
   int num_reports = 0;
+  // Dense push compression, summed over workers (0 when the dense table is not compressed).
+  uint64_t dense_bytes_raw = 0;
+  uint64_t dense_bytes_encoded = 0;
+  double encode_seconds = 0;
+  uint64_t compressed_messages = 0;
+  double last_density = kMissing;  // worker 0's
 };
 
 JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds);
 
-// Several human-readable lines, ending in a newline.
+// Several human-readable lines, ending in a newline; a "compression" line only when some dense
+// push was compressed.
 std::string FormatReport(const JobReport& report);
 
 // One JSON object with exactly the keys auc, oracle_auc, logloss, samples_per_sec, steps,

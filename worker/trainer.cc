@@ -75,6 +75,14 @@ StatusOr<std::unique_ptr<DataSource>> MakeDataSource(const config::JobConfig& jo
 Trainer::Trainer(const config::JobConfig& job, int rank, int num_workers, Client* client)
     : job_(job), rank_(rank), num_workers_(num_workers), client_(client) {}
 
+Trainer::~Trainer() {
+  if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
+}
+
+CompressionStats Trainer::compression_stats() const {
+  return compressor_ ? compressor_->stats() : CompressionStats{};
+}
+
 Status Trainer::Init() {
   OSPREY_ASSIGN_OR_RETURN(model_, models::MakeModel(job_.model.model));
   OSPREY_ASSIGN_OR_RETURN(data_, MakeDataSource(job_, rank_, num_workers_, /*train=*/true));
@@ -84,6 +92,12 @@ Status Trainer::Init() {
   params_.resize(model_->num_dense_params());
   dense_grad_.resize(params_.size());
   model_->InitDense(job_.model.seed, params_.data());
+  int dense_index = job_.TableIndex(job_.model.dense_table);
+  if (dense_index >= 0 && job_.tables[dense_index].codec.type != "none") {
+    OSPREY_ASSIGN_OR_RETURN(compressor_,
+                            DenseCompressor::Create(job_.tables[dense_index].codec, rank_ + 1));
+    client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
+  }
   return client_->Wait(client_->InitDense(dense_table_, params_.data()));
 }
 

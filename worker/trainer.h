@@ -18,6 +18,7 @@
 #include "common/config/job_config.h"
 #include "common/status.h"
 #include "worker/client/client.h"
+#include "worker/compression.h"
 #include "worker/data/batch.h"
 #include "worker/models/model.h"
 
@@ -52,6 +53,10 @@ class Trainer {
  public:
   // `client` is borrowed and must outlive the Trainer.
   Trainer(const config::JobConfig& job, int rank, int num_workers, Client* client);
+  // Removes the dense encoder it installed from the client (which outlives the Trainer).
+  ~Trainer();
+
+  // Init() installs a DenseCompressor on the client when the dense table's codec is not "none".
 
   Status Init();
   // Runs job.train.steps steps; `on_log` is called every log_every_steps steps.
@@ -61,6 +66,8 @@ class Trainer {
 
   Progress progress() const;
   double train_seconds() const { return train_seconds_; }
+  // Dense push compression so far (all zero when the dense table is not compressed).
+  CompressionStats compression_stats() const;
 
  private:
   Status Step(data::Batch* batch);
@@ -72,6 +79,7 @@ class Trainer {
   Client* client_;
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<DataSource> data_;
+  std::unique_ptr<DenseCompressor> compressor_;  // null unless the dense table has a codec
   uint32_t sparse_table_ = 0;
   uint32_t dense_table_ = 0;
   int dim_ = 0;

@@ -132,6 +132,17 @@ int main(int argc, char** argv) {
   worker::ClientStats cs = client.stats();
   report.set_bytes_pushed(cs.bytes_pushed);
   report.set_bytes_pulled(cs.bytes_pulled);
+  worker::CompressionStats comp = trainer.compression_stats();
+  report.set_dense_push_bytes_raw(comp.bytes_raw);
+  report.set_dense_push_bytes_encoded(comp.bytes_encoded);
+  report.set_encode_seconds(comp.encode_seconds);
+  report.set_compressed_messages(comp.compressed_messages);
+  report.set_last_density(comp.last_density);
+  OSPREY_LOG_INFO("worker {} pushed {} B, pulled {} B; dense compression: {} -> {} B in {} of {} "
+                  "messages, encode {:.1f} ms, last density {:.4f}",
+                  rank, cs.bytes_pushed, cs.bytes_pulled, comp.bytes_raw, comp.bytes_encoded,
+                  comp.compressed_messages, comp.messages, comp.encode_seconds * 1e3,
+                  comp.last_density);
   s = (*coord)->Report(report, job->client.timeout_ms);
   if (!s.ok()) return Fail(s, "report");
   (*coord)->Stop();

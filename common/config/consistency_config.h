@@ -1,5 +1,6 @@
 // Per-table consistency (merge-then-apply) and staleness settings, and the job's checkpoint
-// settings: the typed form of `tables[].consistency` and `checkpoint` in a job config.
+// settings: the typed form of `tables[].consistency` and `checkpoint` in a job config. The exact
+// mode rules and policy formulas are in server/table_shard.h; checkpoints in server/checkpoint.h.
 #pragma once
 
 #include <cstdint>
@@ -13,19 +14,21 @@ struct ConsistencyConfig {
   std::string mode = "async";       // bsp | ssp | async
   int staleness_bound = 4;          // ssp: a worker may run this many clocks ahead of the slowest
   int64_t merge_window_us = 0;      // ssp/async: a window closes after this long (0: no time limit)
-  int merge_max_pushes = 1;         // ssp/async: ... or after this many pushes (1: apply per push)
+  int merge_max_pushes = 1;         // ssp/async: ... or after this many pushes (1: apply per push;
+                                    // > 1 with merge_window_us 0 keeps a partial window open until
+                                    // more pushes come)
   std::string merge_reduce = "mean";  // mean | sum of the pushes merged in one window
   // Staleness policies (combinable).
   std::string lr_scale = "none";    // none | inverse (lr / max(1, s))
   bool momentum_decay = false;      // mu_eff = max(0, mu - s_mean / (s_mean + 1))
-  float dc_lambda = 0.0f;           // > 0: DC-ASGD delay compensation with this lambda
+  float dc_lambda = 0.0f;           // DC-ASGD: not implemented, any value > 0 is refused
   int64_t drop_above = -1;          // >= 0: drop pushes with staleness above this
   std::string non_finite = "reject";  // reject | skip_row
 };
 
 struct CheckpointConfig {
   std::string dir;                  // where checkpoints go; empty: checkpoints off
-  int64_t every_steps = 0;          // 0: off
+  int64_t every_steps = 0;          // 0: off; optimizer steps of the server's busiest table
   int every_seconds = 0;            // 0: off
 };
 

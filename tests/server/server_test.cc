@@ -132,10 +132,10 @@ TEST_F(ServerTest, MalformedRequestsGetErrorsAndServerKeepsServing) {
   h = Req(proto::OP_PULL_SPARSE, 0, 1, 0);
   h.set_epoch(5);
   ExpectError(h, VecBuf<uint64_t>({9}), Buffer(), "epoch 5 is not the current epoch 1");
-  // Unsupported codec.
+  // A compressed push whose frame does not match its header.
   h = Req(proto::OP_PUSH_SPARSE, 0, 1, 16);
   h.set_codec(proto::CODEC_TOPK);
-  ExpectError(h, VecBuf<uint64_t>({9}), VecBuf<float>({1, 2, 3, 4}), "codec");
+  ExpectError(h, VecBuf<uint64_t>({9}), VecBuf<float>({1, 2, 3, 4}), "compressed push");
   // Non-finite gradient: refused naming table and key; nothing of the push applied.
   float nan = std::numeric_limits<float>::quiet_NaN();
   ExpectError(Req(proto::OP_PUSH_SPARSE, 0, 2, 32), VecBuf<uint64_t>({9, 10}),

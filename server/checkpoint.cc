@@ -1,0 +1,352 @@
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+
+#include "common/placement.h"
+#include "server/crc32c.h"
+
+namespace osprey::server {
+namespace {
+
+constexpr char kMagic[8] = {'O', 'S', 'P', 'R', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kBlockMagic = 0x4B4F4C42;  // "BLOK"
+constexpr uint32_t kEndMagic = 0x43444E45;    // "ENDC"
+constexpr size_t kRecordsPerBlock = 4096;
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// Sequential reader over a file's bytes; every read is bounds-checked.
+class Reader {
+ public:
+  Reader(const std::string& bytes, const std::string& path) : b_(bytes), path_(path) {}
+  template <typename T>
+  Status Get(T* v, const char* what) {
+    if (b_.size() - pos_ < sizeof(T)) return Truncated(what);
+    std::memcpy(v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return Status::OK();
+  }
+  Status Skip(size_t n, const char* what) {
+    if (b_.size() - pos_ < n) return Truncated(what);
+    pos_ += n;
+    return Status::OK();
+  }
+  const char* at(size_t pos) const { return b_.data() + pos; }
+  size_t pos() const { return pos_; }
+  bool done() const { return pos_ == b_.size(); }
+  Status Corrupt(const std::string& what) const {
+    return DataLoss("checkpoint " + path_ + ": " + what + " at byte " + std::to_string(pos_) +
+                    "; refusing to restore");
+  }
+
+ private:
+  Status Truncated(const char* what) const {
+    return DataLoss("checkpoint " + path_ + " is truncated (" + what + " at byte " +
+                    std::to_string(pos_) + " of " + std::to_string(b_.size()) +
+                    "); refusing to restore");
+  }
+  const std::string& b_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Internal("write " + path + ": " + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+void AppendBlock(std::string* out, uint32_t table, uint32_t records, const std::string& payload) {
+  size_t start = out->size();
+  Put(out, kBlockMagic);
+  Put(out, table);
+  Put(out, records);
+  Put(out, uint32_t{0});
+  Put(out, uint64_t{payload.size()});
+  out->append(payload);
+  uint32_t crc = Crc32c(0, out->data() + start, out->size() - start);
+  Put(out, crc);
+}
+
+bool SameSpec(const proto::TableSpec& a, const proto::TableSpec& b) {
+  return a.name() == b.name() && a.type() == b.type() && a.dim() == b.dim() &&
+         a.size() == b.size() && a.chunk_floats() == b.chunk_floats();
+}
+
+// One parsed, verified file: the header and where each block's payload is.
+struct ParsedFile {
+  std::string path;
+  std::string bytes;
+  proto::CheckpointHeader header;
+  struct Block {
+    uint32_t table;
+    uint32_t records;
+    size_t payload;  // offset in bytes
+  };
+  std::vector<Block> blocks;
+};
+
+Status ParseFile(const std::string& path, ParsedFile* f) {
+  f->path = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open checkpoint " + path);
+  f->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  Reader r(f->bytes, f->path);
+  char magic[8];
+  OSPREY_RETURN_IF_ERROR(r.Get(&magic, "magic"));
+  if (std::memcmp(magic, kMagic, 8) != 0) return r.Corrupt("not an Osprey checkpoint (bad magic)");
+  uint32_t version = 0, header_bytes = 0, crc = 0;
+  OSPREY_RETURN_IF_ERROR(r.Get(&version, "format version"));
+  if (version != kCheckpointFormatVersion) {
+    return FailedPrecondition("checkpoint " + path + " has format version " +
+                              std::to_string(version) + "; this build reads version " +
+                              std::to_string(kCheckpointFormatVersion) + "; refusing to restore");
+  }
+  OSPREY_RETURN_IF_ERROR(r.Get(&header_bytes, "header size"));
+  size_t hpos = r.pos();
+  OSPREY_RETURN_IF_ERROR(r.Skip(header_bytes, "header"));
+  OSPREY_RETURN_IF_ERROR(r.Get(&crc, "header checksum"));
+  if (Crc32c(0, r.at(hpos), header_bytes) != crc) return r.Corrupt("header checksum mismatch");
+  if (!f->header.ParseFromArray(r.at(hpos), static_cast<int>(header_bytes))) {
+    return r.Corrupt("unreadable header");
+  }
+  uint64_t total = 0;
+  while (true) {
+    size_t start = r.pos();
+    uint32_t magic32 = 0;
+    OSPREY_RETURN_IF_ERROR(r.Get(&magic32, "block"));
+    if (magic32 == kEndMagic) {
+      uint32_t zero = 0;
+      uint64_t records = 0;
+      OSPREY_RETURN_IF_ERROR(r.Get(&zero, "end block"));
+      OSPREY_RETURN_IF_ERROR(r.Get(&records, "end block"));
+      OSPREY_RETURN_IF_ERROR(r.Get(&crc, "end block checksum"));
+      if (Crc32c(0, r.at(start), 16) != crc) return r.Corrupt("end block checksum mismatch");
+      if (records != total) return r.Corrupt("end block counts " + std::to_string(records) + " records, blocks hold " + std::to_string(total));
+      if (!r.done()) return r.Corrupt("bytes after the end block");
+      return Status::OK();
+    }
+    if (magic32 != kBlockMagic) return r.Corrupt("bad block marker");
+    ParsedFile::Block b;
+    uint32_t zero = 0;
+    uint64_t payload_bytes = 0;
+    OSPREY_RETURN_IF_ERROR(r.Get(&b.table, "block header"));
+    OSPREY_RETURN_IF_ERROR(r.Get(&b.records, "block header"));
+    OSPREY_RETURN_IF_ERROR(r.Get(&zero, "block header"));
+    OSPREY_RETURN_IF_ERROR(r.Get(&payload_bytes, "block header"));
+    b.payload = r.pos();
+    OSPREY_RETURN_IF_ERROR(r.Skip(payload_bytes, "block payload"));
+    OSPREY_RETURN_IF_ERROR(r.Get(&crc, "block checksum"));
+    if (Crc32c(0, r.at(start), r.pos() - 4 - start) != crc) return r.Corrupt("block checksum mismatch");
+    if (b.table >= static_cast<uint32_t>(f->header.tables_size())) return r.Corrupt("block of unknown table");
+    // Walk the records so that a payload whose records overrun it is caught here.
+    size_t pos = b.payload, end = b.payload + payload_bytes;
+    for (uint32_t i = 0; i < b.records; ++i) {
+      uint32_t floats = 0;
+      if (end - pos < 16) return r.Corrupt("record header past its block");
+      std::memcpy(&floats, f->bytes.data() + pos + 8, 4);
+      pos += 16;
+      if ((end - pos) / sizeof(float) < floats) return r.Corrupt("record past its block");
+      pos += size_t{floats} * sizeof(float);
+    }
+    if (pos != end) return r.Corrupt("block payload size disagrees with its records");
+    total += b.records;
+    f->blocks.push_back(b);
+  }
+}
+
+// Calls fn(table, key, floats, data) for every record of f.
+template <typename Fn>
+Status ForEachRecord(const ParsedFile& f, Fn&& fn) {
+  for (const ParsedFile::Block& b : f.blocks) {
+    size_t pos = b.payload;
+    for (uint32_t i = 0; i < b.records; ++i) {
+      uint64_t key = 0;
+      uint32_t floats = 0;
+      std::memcpy(&key, f.bytes.data() + pos, 8);
+      std::memcpy(&floats, f.bytes.data() + pos + 8, 4);
+      pos += 16;
+      // Record data may sit at any byte offset; the store copies it with memcpy.
+      OSPREY_RETURN_IF_ERROR(
+          fn(b.table, key, floats, reinterpret_cast<const float*>(f.bytes.data() + pos)));
+      pos += size_t{floats} * sizeof(float);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& dir, int rank, int num_servers) {
+  return dir + "/server-" + std::to_string(rank) + "-of-" + std::to_string(num_servers) + ".ckpt";
+}
+
+StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMeta& meta,
+                                      const Store& store) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable("cannot create checkpoint directory " + dir + ": " + ec.message());
+  proto::CheckpointHeader h;
+  h.set_format_version(kCheckpointFormatVersion);
+  h.set_epoch(meta.epoch);
+  h.set_server_rank(meta.rank);
+  h.set_num_servers(meta.num_servers);
+  for (const auto& t : meta.tables) *h.add_tables() = t;
+  for (uint64_t v : meta.versions) h.add_versions(v);
+  for (const auto& o : meta.optimizers) h.add_optimizers(o);
+  std::string out(kMagic, 8);
+  std::string hb = h.SerializeAsString();
+  Put(&out, kCheckpointFormatVersion);
+  Put(&out, static_cast<uint32_t>(hb.size()));
+  out += hb;
+  Put(&out, Crc32c(0, hb.data(), hb.size()));
+  uint64_t total = 0;
+  std::string payload;
+  for (size_t t = 0; t < meta.tables.size(); ++t) {
+    uint32_t records = 0;
+    auto flush = [&] {
+      if (records == 0) return;
+      AppendBlock(&out, static_cast<uint32_t>(t), records, payload);
+      total += records;
+      records = 0;
+      payload.clear();
+    };
+    OSPREY_RETURN_IF_ERROR(store.ExportRecords(
+        static_cast<uint32_t>(t), [&](uint64_t key, const float* data, size_t floats) {
+          Put(&payload, key);
+          Put(&payload, static_cast<uint32_t>(floats));
+          Put(&payload, uint32_t{0});
+          payload.append(reinterpret_cast<const char*>(data), floats * sizeof(float));
+          if (++records == kRecordsPerBlock) flush();
+          return Status::OK();
+        }));
+    flush();
+  }
+  size_t end = out.size();
+  Put(&out, kEndMagic);
+  Put(&out, uint32_t{0});
+  Put(&out, total);
+  Put(&out, Crc32c(0, out.data() + end, 16));
+
+  std::string path = CheckpointPath(dir, meta.rank, meta.num_servers);
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return Unavailable("cannot create " + tmp + ": " + std::strerror(errno));
+  Status s = WriteAll(fd, out, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = Internal("fsync " + tmp + ": " + std::strerror(errno));
+  ::close(fd);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Internal("rename " + tmp + " -> " + path + ": " + std::strerror(errno));
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+  return path;
+}
+
+StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
+                                                  const CheckpointMeta& current, Store* store) {
+  // The files present and the server count they were written with.
+  static const std::regex kName(R"(server-(\d+)-of-(\d+)\.ckpt)");
+  int n = -1;
+  std::vector<bool> seen;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, kName)) continue;
+    int rank = std::stoi(m[1]), of = std::stoi(m[2]);
+    if (n != -1 && of != n) {
+      return FailedPrecondition("checkpoint " + dir + " mixes files of " + std::to_string(n) +
+                                " and " + std::to_string(of) + " servers; refusing to restore");
+    }
+    n = of;
+    seen.resize(n, false);
+    if (rank < n) seen[rank] = true;
+  }
+  if (ec) return NotFound("cannot read checkpoint directory " + dir + ": " + ec.message());
+  if (n <= 0) return NotFound("no checkpoint files (server-R-of-N.ckpt) in " + dir);
+  for (int r = 0; r < n; ++r) {
+    if (!seen[r]) return FailedPrecondition("checkpoint " + dir + " lacks " + CheckpointPath(dir, r, n) + "; refusing to restore");
+  }
+  // Pass 1: read and verify everything; nothing is imported before all files passed.
+  std::vector<ParsedFile> files(n);
+  auto owns = [&](uint32_t table, uint64_t key) {
+    const proto::TableSpec& spec = current.tables[table];
+    int owner = spec.type() == proto::TABLE_SPARSE ? ServerForKey(table, key, current.num_servers)
+                                                   : ServerForChunk(table, key, current.num_servers);
+    return owner == current.rank;
+  };
+  for (int r = 0; r < n; ++r) {
+    ParsedFile& f = files[r];
+    OSPREY_RETURN_IF_ERROR(ParseFile(CheckpointPath(dir, r, n), &f));
+    const proto::CheckpointHeader& h = f.header;
+    if (h.num_servers() != n || h.server_rank() != r) {
+      return FailedPrecondition("checkpoint " + f.path + " says it is server " +
+                                std::to_string(h.server_rank()) + " of " +
+                                std::to_string(h.num_servers()) + "; refusing to restore");
+    }
+    if (h.tables_size() != static_cast<int>(current.tables.size())) {
+      return FailedPrecondition("checkpoint " + f.path + " has " + std::to_string(h.tables_size()) +
+                                " tables, the job has " + std::to_string(current.tables.size()));
+    }
+    for (int t = 0; t < h.tables_size(); ++t) {
+      if (!SameSpec(h.tables(t), current.tables[t]) ||
+          (t < h.optimizers_size() && t < static_cast<int>(current.optimizers.size()) &&
+           h.optimizers(t) != current.optimizers[t])) {
+        return FailedPrecondition("checkpoint " + f.path + ": table " + std::to_string(t) + " ('" +
+                                  h.tables(t).name() + "') differs from the job's table '" +
+                                  current.tables[t].name() +
+                                  "' (name, type, dim, size, chunking or optimizer)");
+      }
+    }
+    OSPREY_RETURN_IF_ERROR(ForEachRecord(f, [&](uint32_t t, uint64_t key, uint32_t floats,
+                                                const float*) -> Status {
+      if (!owns(t, key)) return Status::OK();
+      size_t want = store->RecordFloats(t, key);
+      if (floats != want) {
+        return FailedPrecondition("checkpoint " + f.path + ": record " + std::to_string(key) +
+                                  " of table '" + current.tables[t].name() + "' has " +
+                                  std::to_string(floats) + " floats, this server needs " +
+                                  std::to_string(want));
+      }
+      return Status::OK();
+    }));
+  }
+  // Pass 2: import what this server owns.
+  std::vector<uint64_t> versions(current.tables.size(), 0);
+  for (const ParsedFile& f : files) {
+    for (int t = 0; t < f.header.versions_size() && t < static_cast<int>(versions.size()); ++t) {
+      versions[t] = std::max(versions[t], f.header.versions(t));
+    }
+    OSPREY_RETURN_IF_ERROR(ForEachRecord(f, [&](uint32_t t, uint64_t key, uint32_t floats,
+                                                const float* data) -> Status {
+      return owns(t, key) ? store->ImportRecord(t, key, data, floats) : Status::OK();
+    }));
+  }
+  return versions;
+}
+
+}  // namespace osprey::server

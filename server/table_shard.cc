@@ -1,0 +1,220 @@
+#include "server/table_shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace osprey::server {
+namespace {
+
+enum Mode { kBsp = 0, kSsp = 1, kAsync = 2 };
+
+int ParseMode(const std::string& m) { return m == "bsp" ? kBsp : m == "ssp" ? kSsp : kAsync; }
+
+int StalenessBucket(uint64_t s) {
+  if (s == 0) return 0;
+  int b = 64 - __builtin_clzll(s);  // s in [2^(b-1), 2^b)
+  return std::min(b, ServerCounters::kStalenessBuckets - 1);
+}
+
+}  // namespace
+
+TableShard::TableShard(uint32_t id, const proto::TableSpec& spec, const config::TableConfig& config,
+                       uint64_t num_chunks, Store* store, ServerCounters* counters)
+    : id_(id),
+      spec_(spec),
+      cc_(config.consistency),
+      momentum_(config.optimizer.momentum),
+      num_chunks_(num_chunks),
+      mode_(ParseMode(config.consistency.mode)),
+      store_(store),
+      counters_(counters) {}
+
+size_t TableShard::Width(uint64_t key) const {
+  return sparse() ? spec_.dim() : store_->ChunkFloats(id_, key);
+}
+
+uint64_t TableShard::Staleness(const proto::Header& h) const {
+  return version_ > h.version() ? version_ - h.version() : 0;
+}
+
+ApplyOptions TableShard::Options(int pushes, double lr_weight_sum, double staleness_sum) const {
+  ApplyOptions o;
+  if (pushes <= 0) return o;
+  if (cc_.lr_scale == "inverse") o.lr_scale = static_cast<float>(lr_weight_sum / pushes);
+  if (cc_.momentum_decay && momentum_ > 0) {
+    double s_mean = staleness_sum / pushes;
+    double mu_eff = std::max(0.0, momentum_ - s_mean / (s_mean + 1.0));
+    o.momentum_scale = static_cast<float>(mu_eff / momentum_);
+  }
+  return o;
+}
+
+Status TableShard::CheckFinite(const uint64_t* keys, size_t n, const float* g,
+                               bool* any_bad) const {
+  size_t total = 0;
+  if (sparse()) {
+    total = n * spec_.dim();
+  } else {
+    for (size_t i = 0; i < n; ++i) total += Width(keys[i]);
+  }
+  *any_bad = !AllFinite(g, total);
+  if (!*any_bad || cc_.non_finite == "skip_row") return Status::OK();
+  for (size_t i = 0, off = 0; i < n; ++i) {
+    size_t w = Width(keys[i]);
+    if (!AllFinite(g + off, w)) {
+      return InvalidArgument("table '" + spec_.name() + "': non-finite gradient at " +
+                             (sparse() ? "key " : "chunk ") + std::to_string(keys[i]) +
+                             "; push rejected, nothing applied");
+    }
+    off += w;
+  }
+  return Status::OK();
+}
+
+Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* g,
+                              const ApplyOptions& o) {
+  return sparse() ? store_->PushRows(id_, keys, n, g, o) : store_->PushChunks(id_, keys, n, g, o);
+}
+
+Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
+                        int64_t now_us) {
+  bool any_bad = false;
+  OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
+  if (mode_ != kAsync) Progress(h.worker_rank(), h.clock() + 1);
+  uint64_t s = Staleness(h);
+  counters_->staleness[StalenessBucket(s)].fetch_add(1, std::memory_order_relaxed);
+  if (cc_.drop_above >= 0 && s > static_cast<uint64_t>(cc_.drop_above)) {
+    counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+    return Status::OK();
+  }
+  double lr_weight = 1.0 / std::max<double>(1.0, static_cast<double>(s));
+  if (mode_ != kBsp && cc_.merge_max_pushes == 1 && !any_bad) {
+    // A window of one push: apply in place, no merge buffer.
+    OSPREY_RETURN_IF_ERROR(StoreApply(keys, n, g, Options(1, lr_weight, static_cast<double>(s))));
+    ++version_;
+    counters_->pushes_applied.fetch_add(1, std::memory_order_relaxed);
+    counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
+    return Status::OK();
+  }
+  int64_t clock = 0;
+  if (mode_ == kBsp) clock = std::max(h.clock(), done_);
+  auto [it, inserted] = windows_.try_emplace(clock);
+  Window& w = it->second;
+  if (inserted && !spare_.empty()) {  // reuse a closed window's buffer memory
+    std::swap(w.buffer, spare_.back());
+    spare_.pop_back();
+  }
+  if (w.pushes == 0) w.first_us = now_us;
+  ++w.pushes;
+  w.lr_weight_sum += lr_weight;
+  w.staleness_sum += static_cast<double>(s);
+  for (size_t i = 0, off = 0; i < n; ++i) {
+    size_t width = Width(keys[i]);
+    if (any_bad && !AllFinite(g + off, width)) {
+      counters_->rows_skipped.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      w.buffer.Add(keys[i], g + off, width);
+    }
+    off += width;
+  }
+  return Status::OK();
+}
+
+Status TableShard::ApplyWindow(Window* w) {
+  if (w->pushes == 0) return Status::OK();
+  if (cc_.merge_reduce == "mean" && w->pushes > 1) w->buffer.Scale(1.0f / w->pushes);
+  Status s = StoreApply(w->buffer.keys(), w->buffer.num_keys(), w->buffer.values(),
+                        Options(w->pushes, w->lr_weight_sum, w->staleness_sum));
+  ++version_;
+  counters_->pushes_applied.fetch_add(w->pushes, std::memory_order_relaxed);
+  counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
+  w->buffer.Clear();
+  w->pushes = 0;
+  w->lr_weight_sum = 0;
+  w->staleness_sum = 0;
+  return s;
+}
+
+void TableShard::Progress(int worker, int64_t clock) {
+  int64_t& p = progress_[worker];
+  p = std::max(p, clock);
+}
+
+int64_t TableShard::Slowest() const {
+  int64_t slowest = std::numeric_limits<int64_t>::max();
+  if (live_known_) {
+    for (int r : live_) {
+      auto it = progress_.find(r);
+      slowest = std::min(slowest, it == progress_.end() ? int64_t{0} : it->second);
+    }
+  } else {
+    for (const auto& [rank, p] : progress_) slowest = std::min(slowest, p);
+  }
+  return slowest;
+}
+
+bool TableShard::PullReady(const proto::Header& h) {
+  if (mode_ == kAsync || h.clock() <= 0) return true;
+  Progress(h.worker_rank(), h.clock());
+  if (mode_ == kBsp) return h.clock() <= done_;
+  int64_t slowest = Slowest();
+  return slowest == std::numeric_limits<int64_t>::max() ||
+         h.clock() - slowest <= cc_.staleness_bound;
+}
+
+Status TableShard::Advance(int64_t now_us, std::vector<HeldPull>* ready) {
+  Status first;
+  if (mode_ == kBsp) {
+    int64_t target = Slowest();
+    bool nobody = target == std::numeric_limits<int64_t>::max();
+    while (!windows_.empty() && (nobody || windows_.begin()->first < target)) {
+      Status s = ApplyWindow(&windows_.begin()->second);
+      if (first.ok()) first = s;
+      done_ = std::max(done_, windows_.begin()->first + 1);
+      if (spare_.size() < 2) spare_.push_back(std::move(windows_.begin()->second.buffer));
+      windows_.erase(windows_.begin());
+    }
+    if (!nobody) done_ = std::max(done_, target);
+  } else if (!windows_.empty()) {
+    Window& w = windows_.begin()->second;
+    bool full = w.pushes >= cc_.merge_max_pushes;
+    bool late = cc_.merge_window_us > 0 && w.pushes > 0 && now_us - w.first_us >= cc_.merge_window_us;
+    if (full || late) first = ApplyWindow(&w);
+  }
+  if (held_.empty()) return first;
+  size_t before = ready->size();
+  // With no live worker left nothing can advance the clocks: every held pull is answered.
+  int64_t slowest = Slowest();
+  bool nobody = slowest == std::numeric_limits<int64_t>::max();
+  size_t kept = 0;
+  for (size_t i = 0; i < held_.size(); ++i) {
+    int64_t c = held_[i].header.clock();
+    bool ok = nobody || (mode_ == kBsp ? c <= done_ : c - slowest <= cc_.staleness_bound);
+    if (ok) {
+      ready->push_back(std::move(held_[i]));
+    } else {
+      if (kept != i) held_[kept] = std::move(held_[i]);
+      ++kept;
+    }
+  }
+  held_.resize(kept);
+  if (mode_ == kSsp && ready->size() > before && !windows_.empty()) {
+    Status s = ApplyWindow(&windows_.begin()->second);  // released pulls see every push received
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+int64_t TableShard::NextDeadlineUs() const {
+  if (mode_ == kBsp || cc_.merge_window_us <= 0 || windows_.empty()) return kNoDeadline;
+  const Window& w = windows_.begin()->second;
+  return w.pushes > 0 ? w.first_us + cc_.merge_window_us : kNoDeadline;
+}
+
+void TableShard::SetLiveWorkers(const std::vector<int>& ranks) {
+  live_ = ranks;
+  live_known_ = true;
+}
+
+}  // namespace osprey::server

@@ -1,0 +1,155 @@
+// TableShard: one table's part on one server: merge windows, the consistency mode, staleness
+// policies, worker clocks and the pulls held until their clock is ready.
+//
+// Mode rules (config::ConsistencyConfig; "progress" of a worker at this shard is the number of
+// clocks it has finished here: a push with clock c sets it to >= c+1, a pull with clock c to >= c,
+// since the client sends a step's pushes before the next step's pulls on the same connection):
+//   bsp    pushes with clock c are merged into the window of clock c (a push for a clock that is
+//          already closed goes into the oldest open one). Windows close in clock order once the
+//          slowest LIVE worker's progress passes their clock; done() counts closed clocks. A pull
+//          with clock c is answered once done() >= c (pulls with clock 0, e.g. evaluation, at
+//          once).
+//   ssp    one open window, closed after merge_max_pushes pushes or merge_window_us (whichever
+//          first). A pull with clock c is held while c > slowest + staleness_bound; before held
+//          pulls are answered the open window is applied, so they see every push received.
+//   async  as ssp without holding pulls. merge_max_pushes 1 applies each push on arrival (with no
+//          merge buffer: duplicate keys in one push are then successive steps, as before).
+// "Live" workers are the ranks given to SetLiveWorkers; until it is called, every worker seen.
+// Progress is learned only from requests to this shard, so a live worker that never sends this
+// shard anything (no key of its batches lives here) holds bsp windows / ssp bounds at its last
+// clock until it does; the client skips servers with no keys in a call, which for recommendation
+// batches (thousands of ids hashed over a few servers) does not happen in practice. The
+// coordinator's per-worker clock in ClusterState is not used (it can run ahead of the pushes in
+// flight, which would close a window early).
+//
+// Limits: per-table staleness, not per-row; bsp/ssp clocks start at 0 (a restored job's workers
+// start their steps at 0 again); an async/ssp window with merge_max_pushes > 1 and no
+// merge_window_us stays open until enough pushes arrive (ssp: or a held pull is released).
+// A closed window is ONE optimizer step on the merged gradient: the sum over its pushes divided
+// by the number of pushes in it (merge_reduce mean; a key absent from a push counts as a zero
+// gradient, i.e. the gradient of the mean loss over all workers' batches) or the plain sum.
+//
+// Staleness of a push: s = version() - header.version (0 if the push is newer), where version()
+// counts this shard's applied windows; per table shard, not per row (rows carry no version).
+// Policies of the window's step, over its n pushes with staleness s_i:
+//   lr_scale inverse   ApplyOptions.lr_scale = (1/n) sum_i 1/max(1, s_i)  (lr / max(1, s) for n=1)
+//   momentum_decay     s_mean = (1/n) sum_i s_i, mu_eff = max(0, mu - s_mean / (s_mean + 1)),
+//                      ApplyOptions.momentum_scale = mu_eff / mu
+//   drop_above N       a push with s > N is not merged (reply OK, counted as dropped); it still
+//                      advances the worker's clock
+//   dc_lambda          not implemented: Server::Activate refuses dc_lambda > 0
+// Non-finite gradients: reject (the push is refused naming the key, nothing merged) or skip_row
+// (sparse rows / dense chunks with a non-finite value are left out of the merge and counted).
+//
+// Thread-safety: none; the server calls every method under its work lock.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "proto/wire.h"
+#include "server/merge_buffer.h"
+#include "server/store.h"
+
+namespace osprey::server {
+
+// Server-wide counters the shards update (read by Server::stats from any thread).
+struct ServerCounters {
+  static constexpr int kStalenessBuckets = 16;  // 0: s = 0; i >= 1: s in [2^(i-1), 2^i)
+  std::atomic<uint64_t> pushes_applied{0};
+  std::atomic<uint64_t> pushes_dropped{0};
+  std::atomic<uint64_t> rows_skipped{0};
+  std::atomic<uint64_t> windows_applied{0};
+  std::atomic<uint64_t> pulls_held{0};
+  std::array<std::atomic<uint64_t>, kStalenessBuckets> staleness{};
+};
+
+// A pull waiting for its clock: the request as received (frames keep their buffers alive).
+struct HeldPull {
+  Message msg;
+  proto::Header header;
+};
+
+class TableShard {
+ public:
+  static constexpr int64_t kNoDeadline = std::numeric_limits<int64_t>::max();
+
+  // `store` and `counters` are borrowed and outlive the shard.
+  TableShard(uint32_t id, const proto::TableSpec& spec, const config::TableConfig& config,
+             uint64_t num_chunks, Store* store, ServerCounters* counters);
+
+  // Merges (or applies) a validated push; `g` holds the floats of `n` keys. InvalidArgument for a
+  // non-finite gradient under `reject`; Internal from the store.
+  Status Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
+              int64_t now_us);
+  // Records the pull's clock and says whether it may be answered now.
+  bool PullReady(const proto::Header& h);
+  void Hold(HeldPull pull) {
+    counters_->pulls_held.fetch_add(1, std::memory_order_relaxed);
+    held_.push_back(std::move(pull));
+  }
+
+  // Closes the windows that are due at `now_us` and moves pulls that became answerable to
+  // `ready`. Call after every push, pull, live-set change and timer tick.
+  Status Advance(int64_t now_us, std::vector<HeldPull>* ready);
+  // When Advance must next run for a time window (kNoDeadline: none pending).
+  int64_t NextDeadlineUs() const;
+
+  // ranks: the live workers. Takes effect at the next Advance.
+  void SetLiveWorkers(const std::vector<int>& ranks);
+
+  const proto::TableSpec& spec() const { return spec_; }
+  uint64_t num_chunks() const { return num_chunks_; }
+  uint64_t version() const { return version_; }
+  void set_version(uint64_t v) { version_ = v; }  // restore
+  int64_t done() const { return done_; }
+  size_t num_held() const { return held_.size(); }
+
+ private:
+  struct Window {
+    MergeBuffer buffer;
+    int pushes = 0;
+    double lr_weight_sum = 0;  // sum of 1 / max(1, s_i)
+    double staleness_sum = 0;
+    int64_t first_us = 0;
+  };
+
+  bool sparse() const { return spec_.type() == proto::TABLE_SPARSE; }
+  size_t Width(uint64_t key) const;
+  uint64_t Staleness(const proto::Header& h) const;
+  ApplyOptions Options(int pushes, double lr_weight_sum, double staleness_sum) const;
+  Status CheckFinite(const uint64_t* keys, size_t n, const float* g, bool* any_bad) const;
+  Status StoreApply(const uint64_t* keys, size_t n, const float* g, const ApplyOptions& o);
+  Status ApplyWindow(Window* w);
+  void Progress(int worker, int64_t clock);
+  // Progress of the slowest live worker; max() when there is none.
+  int64_t Slowest() const;
+
+  const uint32_t id_;
+  const proto::TableSpec spec_;
+  const config::ConsistencyConfig cc_;
+  const float momentum_;
+  const uint64_t num_chunks_;
+  const int mode_;  // kBsp / kSsp / kAsync
+  Store* const store_;
+  ServerCounters* const counters_;
+
+  uint64_t version_ = 0;
+  int64_t done_ = 0;                      // bsp: clocks closed
+  std::map<int64_t, Window> windows_;     // bsp: by clock; ssp/async: one, at clock 0
+  std::vector<MergeBuffer> spare_;        // bsp: cleared buffers of closed windows, reused
+  std::unordered_map<int, int64_t> progress_;
+  std::vector<int> live_;
+  bool live_known_ = false;
+  std::vector<HeldPull> held_;
+};
+
+}  // namespace osprey::server

@@ -1,0 +1,345 @@
+// Merge-then-apply through a real Server (in-process transport): bsp windows per clock with the
+// mean of the pushes, async windows, ssp bounds, live-worker changes, staleness policies and the
+// non-finite policies. Every expected number is computed by hand from the SGD rule
+// w -= lr * lr_scale * g (lr 0.5) or with the Optimizer itself for nonlinear optimizers.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+
+#include "server/server.h"
+#include "server/sparse_table.h"
+#include "tests/testing/cluster_fixture.h"
+
+namespace osprey::server {
+namespace {
+
+using testing::InprocCluster;
+using testing::VecBuf;
+using Ms = std::chrono::milliseconds;
+
+constexpr uint64_t kKey = 5;
+constexpr float kLr = 0.5f;
+
+// One worker's connection: sends requests as `rank`, collects replies with a bounded wait.
+class Worker {
+ public:
+  Worker(InprocCluster* cluster, int rank) : transport_(cluster->NewTransport()), rank_(rank) {
+    transport_->SetHandler([this](Message&& m) {
+      std::lock_guard<std::mutex> lock(mu_);
+      replies_.push_back(std::move(m));
+      cv_.notify_all();
+    });
+    peer_ = *transport_->Connect("inproc://server-0");
+    EXPECT_TRUE(transport_->Start().ok());
+  }
+  ~Worker() { transport_->Stop(); }
+
+  void Send(proto::Op op, uint32_t table, int64_t clock, uint64_t version,
+            std::vector<uint64_t> keys, std::vector<float> values) {
+    proto::Header h;
+    h.set_op(op);
+    h.set_table(table);
+    h.set_request_id(++next_id_);
+    h.set_epoch(1);
+    h.set_worker_rank(rank_);
+    h.set_clock(clock);
+    h.set_version(version);
+    h.set_num_keys(keys.size());
+    h.set_value_bytes(values.size() * sizeof(float));
+    Message m;
+    m.peer = peer_;
+    m.header = SerializeHeader(h);
+    m.keys = VecBuf(std::move(keys));
+    m.values = VecBuf(std::move(values));
+    ASSERT_TRUE(transport_->Send(std::move(m)).ok());
+  }
+  void Push(int64_t clock, uint64_t version, std::vector<float> g,
+            std::vector<uint64_t> keys = {kKey}) {
+    Send(proto::OP_PUSH_SPARSE, 0, clock, version, std::move(keys), std::move(g));
+  }
+  void Pull(int64_t clock, std::vector<uint64_t> keys = {kKey}) {
+    Send(proto::OP_PULL_SPARSE, 0, clock, 0, std::move(keys), {});
+  }
+  // The next reply within `wait`; false when none came.
+  bool Next(proto::Header* h, std::vector<float>* values = nullptr, Ms wait = Ms(5000)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, wait, [&] { return !replies_.empty(); })) return false;
+    Message m = std::move(replies_.front());
+    replies_.pop_front();
+    h->ParseFromArray(m.header.data(), static_cast<int>(m.header.size()));
+    if (values) values->assign(m.values.as<float>(), m.values.as<float>() + m.values.count<float>());
+    return true;
+  }
+  // Expects an OP_REPLY now and returns its values.
+  std::vector<float> Reply(proto::Header* out = nullptr) {
+    proto::Header h;
+    std::vector<float> v;
+    EXPECT_TRUE(Next(&h, &v)) << "no reply";
+    EXPECT_EQ(h.op(), proto::OP_REPLY) << h.error();
+    if (out) *out = h;
+    return v;
+  }
+  bool Silent(Ms wait = Ms(150)) {
+    proto::Header h;
+    return !Next(&h, nullptr, wait);
+  }
+
+ private:
+  std::unique_ptr<Transport> transport_;
+  int rank_;
+  PeerId peer_ = -1;
+  uint64_t next_id_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Message> replies_;
+};
+
+std::vector<config::TableConfig> Tables(const std::string& mode,
+                                        void (*tweak)(config::TableConfig*) = nullptr) {
+  std::vector<config::TableConfig> t = testing::TestTables();
+  for (auto& c : t) c.consistency.mode = mode;
+  if (tweak) tweak(&t[0]);
+  return t;
+}
+
+std::vector<float> Initial(const config::TableConfig& cfg, uint64_t key) {
+  SparseTable t(0, cfg.dim, cfg.init, *Optimizer::Make(cfg.optimizer));
+  std::vector<float> w(cfg.dim);
+  t.InitialWeights(key, w.data());
+  return w;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << "element " << i;
+}
+
+TEST(BspTest, AppliesOnceWhenAllWorkersPushedWithTheMean) {
+  InprocCluster cluster(1, Tables("bsp"));
+  cluster.server(0).SetLiveWorkers({0, 1});
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0), b(&cluster, 1);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  a.Pull(0);  // clock 0: nothing to wait for
+  ExpectNear(a.Reply(), w0);
+  a.Push(0, 0, {1, 2, 3, 4});
+  a.Reply();
+  a.Pull(1);
+  EXPECT_TRUE(a.Silent()) << "pull for clock 1 answered before worker 1 pushed clock 0";
+  b.Push(0, 0, {3, 2, 1, 0});
+  b.Reply();
+  proto::Header h;
+  std::vector<float> w1 = a.Reply(&h);
+  std::vector<float> want(4);
+  for (int i = 0; i < 4; ++i) want[i] = w0[i] - kLr * 0.5f * (float(i + 1) + float(3 - i));
+  ExpectNear(w1, want);
+  EXPECT_EQ(h.version(), 1u);
+  ServerStatsSnapshot st = cluster.server(0).stats();
+  EXPECT_EQ(st.windows_applied, 1u);
+  EXPECT_EQ(st.pushes_applied, 2u);
+  EXPECT_EQ(st.pulls_held, 1u);
+  // An evaluation pull (clock 0) is answered at once whatever the clocks.
+  b.Pull(0);
+  ExpectNear(b.Reply(), want);
+}
+
+TEST(BspTest, DeadWorkerReleasesTheWindow) {
+  InprocCluster cluster(1, Tables("bsp"));
+  cluster.server(0).SetLiveWorkers({0, 1});
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  a.Push(0, 0, {2, 2, 2, 2});
+  a.Reply();
+  a.Pull(1);
+  EXPECT_TRUE(a.Silent());
+  cluster.server(0).SetLiveWorkers({0});  // worker 1 died
+  std::vector<float> w1 = a.Reply();
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - kLr * 2.0f);
+}
+
+TEST(AsyncTest, WindowOfOneEqualsApplyPerPush) {
+  auto adagrad = [](config::TableConfig* c) { c->optimizer.type = OptimizerType::kAdagrad; };
+  InprocCluster cluster(1, Tables("async", adagrad));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0);
+  const config::TableConfig& cfg = cluster.tables()[0];
+  auto opt = *Optimizer::Make(cfg.optimizer);
+  std::vector<float> row = Initial(cfg, kKey);
+  row.resize(cfg.dim + opt->state_floats(cfg.dim));
+  opt->InitState(row.data() + cfg.dim, cfg.dim);
+  std::vector<std::vector<float>> grads = {{1, -2, 3, 0.5f}, {0.25f, 4, -1, 2}, {-3, 1, 1, 1}};
+  for (size_t k = 0; k < grads.size(); ++k) {
+    a.Push(static_cast<int64_t>(k), k, grads[k]);
+    proto::Header h;
+    a.Reply(&h);
+    EXPECT_EQ(h.version(), k + 1);
+    opt->Apply(row.data(), row.data() + cfg.dim, grads[k].data(), cfg.dim, ApplyOptions{});
+  }
+  a.Pull(3);
+  std::vector<float> got = a.Reply();
+  for (int i = 0; i < cfg.dim; ++i) EXPECT_EQ(got[i], row[i]) << "element " << i;  // bit-exact
+}
+
+TEST(AsyncTest, MaxPushesMergesIntoOneStep) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.merge_max_pushes = 2;
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0), b(&cluster, 1);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  // Duplicate keys in one push are summed: key 5 gets 1 + 1 from worker 0.
+  a.Send(proto::OP_PUSH_SPARSE, 0, 0, 0, {kKey, kKey}, {1, 1, 1, 1, 1, 1, 1, 1});
+  a.Reply();
+  a.Pull(0);
+  ExpectNear(a.Reply(), w0);  // window not closed yet
+  b.Push(0, 0, {4, 0, 0, 0});
+  proto::Header h;
+  b.Reply(&h);
+  EXPECT_EQ(h.version(), 1u);
+  a.Pull(0);
+  std::vector<float> w1 = a.Reply();
+  EXPECT_FLOAT_EQ(w1[0], w0[0] - kLr * (2.0f + 4.0f) / 2);
+  EXPECT_FLOAT_EQ(w1[1], w0[1] - kLr * 2.0f / 2);
+}
+
+TEST(AsyncTest, TimeWindowClosesOnTheTimer) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.merge_max_pushes = 100;
+    c->consistency.merge_window_us = 20000;
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  a.Push(0, 0, {1, 1, 1, 1});
+  a.Reply();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::vector<float> w;
+  do {
+    std::this_thread::sleep_for(Ms(10));
+    a.Pull(0);
+    w = a.Reply();
+  } while (w[0] == w0[0] && std::chrono::steady_clock::now() < deadline);
+  EXPECT_FLOAT_EQ(w[0], w0[0] - kLr);
+  EXPECT_EQ(cluster.server(0).stats().windows_applied, 1u);
+}
+
+TEST(SspTest, FastWorkerBlocksUntilTheSlowOneAdvances) {
+  InprocCluster cluster(1, Tables("ssp", [](config::TableConfig* c) {
+    c->consistency.staleness_bound = 1;
+  }));
+  cluster.server(0).SetLiveWorkers({0, 1});
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker fast(&cluster, 0), slow(&cluster, 1);
+  slow.Push(0, 0, {0, 0, 0, 0});  // slow finished clock 0
+  slow.Reply();
+  for (int c = 0; c < 3; ++c) {
+    fast.Push(c, 0, {1, 0, 0, 0});
+    fast.Reply();
+  }
+  fast.Pull(2);  // 2 - 1 <= 1: answered
+  fast.Reply();
+  fast.Pull(3);  // 3 - 1 > 1: held
+  EXPECT_TRUE(fast.Silent(Ms(200))) << "fast worker was not held at 2 clocks ahead";
+  slow.Push(1, 0, {0, 0, 0, 0});  // slow finished clock 1: 3 - 2 <= 1
+  slow.Reply();
+  std::vector<float> w = fast.Reply();
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  EXPECT_FLOAT_EQ(w[0], w0[0] - 3 * kLr);
+}
+
+TEST(StalenessTest, InverseLrScaleUsesTheComputedStaleness) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.lr_scale = "inverse";
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  // All three pushes are based on version 0; the server is at version 0, 1, 2 when they arrive,
+  // so their staleness is 0, 1, 2.
+  for (int k = 0; k < 3; ++k) {
+    a.Push(k, 0, {1, 1, 1, 1});
+    a.Reply();
+  }
+  a.Pull(0);
+  std::vector<float> w = a.Reply();
+  // s = 0 and 1: full lr (lr / max(1, s)); s = 2: lr / 2.
+  EXPECT_FLOAT_EQ(w[0], w0[0] - kLr - kLr - kLr / 2);
+  ServerStatsSnapshot st = cluster.server(0).stats();
+  ASSERT_EQ(st.staleness.size(), 16u);
+  EXPECT_EQ(st.staleness[0], 1u);  // s = 0
+  EXPECT_EQ(st.staleness[1], 1u);  // s = 1
+  EXPECT_EQ(st.staleness[2], 1u);  // s in [2, 4)
+}
+
+TEST(StalenessTest, DropAboveDropsStalePushes) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.drop_above = 1;
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  for (int k = 0; k < 3; ++k) {  // staleness 0, 1, 2: the third is dropped
+    a.Push(k, 0, {1, 1, 1, 1});
+    a.Reply();
+  }
+  a.Push(3, 2, {1, 1, 1, 1});  // based on version 2: s = 0, applied
+  proto::Header h;
+  a.Reply(&h);
+  EXPECT_EQ(h.version(), 3u);
+  a.Pull(0);
+  EXPECT_FLOAT_EQ(a.Reply()[0], w0[0] - 3 * kLr);
+  EXPECT_EQ(cluster.server(0).stats().pushes_dropped, 1u);
+}
+
+TEST(StalenessTest, MomentumDecayScalesMomentum) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->optimizer.type = OptimizerType::kMomentum;
+    c->optimizer.momentum = 0.9f;
+    c->consistency.momentum_decay = true;
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  a.Push(0, 0, {1, 1, 1, 1});  // s = 0: v = 1, w -= lr
+  a.Reply();
+  a.Push(1, 0, {1, 1, 1, 1});  // s = 1: mu_eff = 0.9 - 1/2 = 0.4: v = 0.4 + 1, w -= lr * 1.4
+  a.Reply();
+  a.Pull(0);
+  EXPECT_NEAR(a.Reply()[0], w0[0] - kLr * 1.0f - kLr * 1.4f, 1e-6);
+}
+
+TEST(NonFiniteTest, SkipRowSkipsOnlyTheBadRow) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.non_finite = "skip_row";
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0);
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  a.Pull(0, {9, 10});
+  std::vector<float> before = a.Reply();
+  a.Push(0, 0, {1, 1, 1, 1, 0, nan, 0, 0}, {9, 10});
+  a.Reply();
+  a.Pull(0, {9, 10});
+  std::vector<float> after = a.Reply();
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(after[i], before[i] - kLr) << "row 9 element " << i;
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(after[i], before[i]) << "row 10 changed";
+  EXPECT_EQ(cluster.server(0).stats().rows_skipped, 1u);
+}
+
+TEST(ConsistencyConfigTest, DelayCompensationIsRefused) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.dc_lambda = 0.04f;
+  }));
+  Status s = cluster.ActivateAll();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("dc_lambda"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace osprey::server

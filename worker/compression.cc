@@ -1,0 +1,147 @@
+#include "worker/compression.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace osprey::worker {
+namespace {
+
+bool IsSparseCodec(codec::CodecId id) {
+  return id == codec::CodecId::kTopK || id == codec::CodecId::kRandomK;
+}
+
+// Floats per encode unit of a message of n floats.
+size_t UnitFloats(const codec::CodecConfig& config, size_t n) {
+  if (config.granularity != "bucket") return n;
+  return std::max<size_t>(1, config.bucket_bytes / sizeof(float));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::CodecConfig& config,
+                                                                   uint64_t seed) {
+  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<codec::Codec> codec, codec::MakeCodec(config));
+  if (config.type == "onebit" && config.granularity == "bucket" &&
+      (config.bucket_bytes / sizeof(float)) % config.onebit_chunk != 0) {
+    return InvalidArgument("codec.bucket_bytes = " + std::to_string(config.bucket_bytes) +
+                           ": onebit buckets must hold a multiple of onebit_chunk (" +
+                           std::to_string(config.onebit_chunk) + ") floats");
+  }
+  return std::unique_ptr<DenseCompressor>(new DenseCompressor(config, std::move(codec), seed));
+}
+
+Status DenseCompressor::Encode(uint32_t table, int server, const float* grad, size_t n,
+                               proto::Header* header, Buffer* values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.messages;
+  stats_.bytes_raw += n * sizeof(float);
+  if (n * sizeof(float) < config_.min_compress_bytes || config_.type == "none") {
+    // The client's own fp32 frame cannot be reused through the hook, so a small message costs
+    // one copy; by definition it is small.
+    header->set_codec(proto::CODEC_NONE);
+    *values = Buffer::Copy(grad, n * sizeof(float));
+    stats_.bytes_encoded += values->size();
+    return Status::OK();
+  }
+  Stream& st = streams_[{table, server}];
+  if (st.length != n) {
+    // First use, or the server's share of the table changed (a new shard map): a residual of
+    // chunks this message no longer covers is meaningless, so the stream starts over.
+    st = Stream{};
+    st.length = n;
+    size_t unit = UnitFloats(config_, n);
+    st.units.resize((n + unit - 1) / unit);
+    for (size_t u = 0; u < st.units.size(); ++u) {
+      // Distinct, reproducible random streams per worker, table, server and unit.
+      st.units[u].state.tensor_seed = (seed_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t{table} << 40) ^
+                                      (static_cast<uint64_t>(server) << 24) ^ u;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  codec::EncodedMeta meta;
+  OSPREY_RETURN_IF_ERROR(EncodeUnits(&st, grad, n, &meta, values));
+  stats_.encode_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  header->set_codec(static_cast<proto::Codec>(meta.codec));
+  header->set_codec_value_type(static_cast<uint32_t>(meta.value_type));
+  header->set_codec_count(meta.count);
+  header->set_codec_chunk(meta.chunk);
+  ++stats_.compressed_messages;
+  stats_.bytes_encoded += values->size();
+  stats_.last_density = n > 0 ? static_cast<double>(meta.count) / static_cast<double>(n) : 1.0;
+  return Status::OK();
+}
+
+Status DenseCompressor::EncodeUnits(Stream* st, const float* grad, size_t n, codec::EncodedMeta* meta,
+                                    Buffer* values) {
+  const size_t unit = UnitFloats(config_, n);
+  for (size_t u = 0; u < st->units.size(); ++u) {
+    size_t off = u * unit, len = std::min(unit, n - off);
+    OSPREY_RETURN_IF_ERROR(codec_->Encode(grad + off, len, &st->units[u].state, &st->units[u].encoded));
+  }
+  if (st->units.size() == 1) {
+    // Hand the payload vector to the Buffer (no copy); the next Encode allocates a new one,
+    // which for a compressed frame is small.
+    *meta = st->units[0].encoded.meta;
+    *values = Buffer::FromVector(std::move(st->units[0].encoded.payload));
+    st->units[0].encoded.payload = {};
+    return Status::OK();
+  }
+  // Several units: one frame for the message, laid out as if the message had been encoded at
+  // once (encoded.h): sparse indices shifted by the unit's offset, all indices before all
+  // values; onebit all scales before all sign words (units hold whole chunks and words); dense
+  // casts back to back.
+  *meta = st->units[0].encoded.meta;
+  meta->length = n;
+  const bool sparse = IsSparseCodec(meta->codec);
+  const bool onebit = meta->codec == codec::CodecId::kOneBit;
+  size_t count = 0, scales = 0, total = 0;
+  for (const Unit& x : st->units) {
+    count += x.encoded.meta.count;
+    if (onebit) scales += (x.encoded.meta.length + meta->chunk - 1) / meta->chunk;
+    total += x.encoded.payload.size();
+  }
+  meta->count = sparse ? count : n;
+  *values = Buffer::Allocate(total);
+  uint8_t* head = values->mutable_data();
+  uint8_t* tail = head + (sparse ? 4 * count : onebit ? 4 * scales : total);
+  for (size_t u = 0; u < st->units.size(); ++u) {
+    const codec::Encoded& e = st->units[u].encoded;
+    const uint8_t* p = e.payload.data();
+    if (sparse) {
+      const uint32_t off = static_cast<uint32_t>(u * unit);
+      for (size_t i = 0; i < e.meta.count; ++i, head += 4) {
+        uint32_t idx;
+        std::memcpy(&idx, p + 4 * i, 4);
+        idx += off;
+        std::memcpy(head, &idx, 4);
+      }
+      size_t vbytes = e.payload.size() - 4 * e.meta.count;
+      std::memcpy(tail, p + 4 * e.meta.count, vbytes);
+      tail += vbytes;
+    } else if (onebit) {
+      size_t sbytes = 4 * ((e.meta.length + meta->chunk - 1) / meta->chunk);
+      std::memcpy(head, p, sbytes);
+      head += sbytes;
+      std::memcpy(tail, p + sbytes, e.payload.size() - sbytes);
+      tail += e.payload.size() - sbytes;
+    } else {
+      std::memcpy(head, p, e.payload.size());
+      head += e.payload.size();
+    }
+  }
+  return Status::OK();
+}
+
+DenseEncoder DenseCompressor::AsEncoder() {
+  return [this](uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
+                Buffer* values) { return Encode(table, server, grad, n, header, values); };
+}
+
+CompressionStats DenseCompressor::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace osprey::worker

@@ -1,0 +1,91 @@
+// DenseCompressor: compresses a worker's dense pushes with the table's codec (tables[].codec).
+//
+// The client cuts a dense push into one message per server (the chunks that server owns); each
+// message is one encode stream with its own codec::CodecState, keyed by (table, server), so the
+// error-feedback residual of server 0's chunks never mixes with server 1's. Messages smaller than
+// the config's min_compress_bytes go out as plain fp32 (codec none): compressing them would save
+// fewer bytes than the frame overhead. Granularity "tensor": the message is the tensor (one k for
+// the message). "bucket": the message is cut into units of bucket_bytes, each with its own state
+// and its own k (so a small layer is not starved by a large one), and the units' frames are
+// merged into the message's one values frame (indices shifted by the unit's offset); onebit then
+// needs bucket_bytes / 4 to be a multiple of onebit_chunk so chunk scales line up.
+//
+//   auto comp = DenseCompressor::Create(job.tables[i].codec, /*seed=*/rank);
+//   client.SetDenseEncoder(table, (*comp)->AsEncoder());   // comp must outlive its use
+//
+// Ownership: owns the codec stack and every stream's state (residuals, scratch, last payload's
+// capacity). AsEncoder() returns a hook that borrows *this.
+// Thread-safety: every method may be called from any thread; Encode calls are serialized by an
+// internal mutex (the client calls the hook on the thread that issues the push, so in practice
+// there is one caller and the lock is uncontended).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "common/codec/codec.h"
+#include "common/status.h"
+#include "worker/client/client.h"
+
+namespace osprey::worker {
+
+struct CompressionStats {
+  uint64_t messages = 0;             // dense push messages that went through the encoder
+  uint64_t compressed_messages = 0;  // ... of which were sent with the lossy codec
+  uint64_t bytes_raw = 0;            // fp32 bytes of those messages before encoding
+  uint64_t bytes_encoded = 0;        // values-frame bytes actually sent for them
+  double encode_seconds = 0;         // wall time inside Codec::Encode (select + EF + pack)
+  double last_density = 1.0;         // count / length of the latest compressed message
+};
+
+class DenseCompressor {
+ public:
+  // `config` must have passed codec::ValidateCodecConfig (LoadJobConfig does that); `seed` makes
+  // this worker's random draws (random-k, sampled thresholds) differ from other workers'.
+  // Errors: InvalidArgument from MakeCodec, or for onebit buckets that split a chunk.
+  static StatusOr<std::unique_ptr<DenseCompressor>> Create(const codec::CodecConfig& config,
+                                                           uint64_t seed);
+
+  // Encodes the n floats at grad (the dense chunks of `table` that server `server` owns) into
+  // *values and sets header codec, codec_value_type, codec_count and codec_chunk. A one-unit
+  // payload is handed over without a copy; bucketed units are merged with one copy. Errors: the codec's (InvalidArgument when a stream's
+  // length changes between calls).
+  Status Encode(uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
+                Buffer* values);
+
+  // A DenseEncoder for Client::SetDenseEncoder that calls Encode on *this.
+  DenseEncoder AsEncoder();
+
+  CompressionStats stats() const;
+
+ private:
+  DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec, uint64_t seed)
+      : config_(config), codec_(std::move(codec)), seed_(seed) {}
+
+  struct Unit {
+    codec::CodecState state;
+    codec::Encoded encoded;
+  };
+  struct Stream {
+    size_t length = 0;  // floats of the message this stream encodes
+    std::vector<Unit> units;
+  };
+
+  // Encodes grad[0, n) unit by unit into st's units and builds the message frame.
+  Status EncodeUnits(Stream* st, const float* grad, size_t n, codec::EncodedMeta* meta,
+                     Buffer* values);
+
+  const codec::CodecConfig config_;
+  const std::unique_ptr<codec::Codec> codec_;
+  const uint64_t seed_;
+
+  mutable std::mutex mu_;
+  std::map<std::pair<uint32_t, int>, Stream> streams_;  // GUARDED_BY(mu_)
+  CompressionStats stats_;                              // GUARDED_BY(mu_)
+};
+
+}  // namespace osprey::worker
