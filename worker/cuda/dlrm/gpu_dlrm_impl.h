@@ -47,6 +47,9 @@ class ScopedDevice {
   }
 
   Status Enter(int device) {
+    // Launch failures are read with cudaGetLastError right after each launch; clear a stale,
+    // non-sticky error left by unrelated earlier CUDA calls so it is not blamed on our kernels.
+    (void)cudaGetLastError();
     int current = 0;
     OSPREY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
     if (current != device) {
