@@ -50,17 +50,9 @@ int main(int argc, char** argv) {
   std::string restore;
   app.add_option("--restore", restore,
                  "checkpoint directory to resume from (any server count; refused if corrupt)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : config::kExitUsage;
-  }
-  auto job = config::LoadJobConfig(flags.config, flags.sets);
-  if (!job.ok()) {
-    std::fprintf(stderr, "osprey-server: %s\n", job.status().ToString().c_str());
-    return config::kExitUsage;
-  }
+  config::JobConfig loaded;
+  if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-server", &loaded); rc >= 0) return rc;
+  config::JobConfig* job = &loaded;
   TuneMallocForLargeMessages();
   (void)InitLogging(job->log_level, "server");
   std::signal(SIGTERM, OnSignal);

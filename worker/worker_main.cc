@@ -33,17 +33,9 @@ int main(int argc, char** argv) {
   CLI::App app{"osprey-worker: trains an Osprey job's model through the parameter servers"};
   config::NodeFlags flags;
   config::AddNodeFlags(&app, &flags);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : config::kExitUsage;
-  }
-  auto job = config::LoadJobConfig(flags.config, flags.sets);
-  if (!job.ok()) {
-    std::fprintf(stderr, "osprey-worker: %s\n", job.status().ToString().c_str());
-    return config::kExitUsage;
-  }
+  config::JobConfig loaded;
+  if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-worker", &loaded); rc >= 0) return rc;
+  config::JobConfig* job = &loaded;
   TuneMallocForLargeMessages();
   (void)InitLogging(job->log_level, "worker");
 

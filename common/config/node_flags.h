@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,25 @@ inline void AddNodeFlags(CLI::App* app, NodeFlags* flags) {
   app->add_option("--set", flags->sets, "override a config value, e.g. --set train.steps=100")
       ->take_all()
       ->allow_extra_args(false);
+}
+
+// Parses argv with `app` (AddNodeFlags already applied) and loads + validates the job config into
+// *job. Returns -1 when main should go on, otherwise the exit code main should return: 0 after
+// --help, kExitUsage for bad flags or a bad config (the error is printed as "<binary>: <error>").
+inline int ParseFlagsAndLoad(CLI::App* app, int argc, char** argv, const NodeFlags& flags,
+                             const char* binary, JobConfig* job) {
+  try {
+    app->parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app->exit(e) == 0 ? 0 : kExitUsage;
+  }
+  auto loaded = LoadJobConfig(flags.config, flags.sets);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary, loaded.status().ToString().c_str());
+    return kExitUsage;
+  }
+  *job = std::move(loaded).value();
+  return -1;
 }
 
 }  // namespace osprey::config
