@@ -17,4 +17,10 @@ int RunBench(const std::string& bin_dir, const std::string& what,
 // redis-server, the osprey binaries in `bin_dir`). Returns 0.
 int RunDoctor(const std::string& bin_dir);
 
+// `osprey checkpoint --coordinator ENDPOINT [--dir DIR]`: asks the job's coordinator for its live
+// servers and has each write its checkpoint now (into DIR, or the job's checkpoint.dir when empty).
+// Each server writes its own snapshot when the request reaches it (not a cut at one clock across
+// servers). Returns 0 when every live server wrote its file, 1 otherwise (each failure printed).
+int RunCheckpoint(const std::string& coordinator, const std::string& dir, int timeout_ms);
+
 }  // namespace osprey::tools

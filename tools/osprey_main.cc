@@ -3,6 +3,7 @@
 //                 [--quiet] [--stall-timeout SECONDS]
 //   osprey bench WHAT [ARGS...]
 //   osprey doctor [--bin-dir DIR]
+//   osprey checkpoint --coordinator ENDPOINT [--dir DIR] [--timeout-ms MS]
 // Exit codes: 0 success, 1 the job failed, 2 bad flags / config / setup, 128+N interrupted by
 // signal N (launch).
 #include <CLI/CLI.hpp>
@@ -59,6 +60,18 @@ int main(int argc, char** argv) {
   doctor_cmd->add_option("--bin-dir", doctor_bin_dir,
                          "where the osprey-* binaries are (default: next to this one)");
 
+  std::string ckpt_coordinator, ckpt_dir;
+  int ckpt_timeout_ms = 60000;
+  CLI::App* ckpt_cmd = app.add_subcommand(
+      "checkpoint", "have every live server of a running job write its checkpoint now");
+  ckpt_cmd->add_option("--coordinator", ckpt_coordinator,
+                       "the job's coordinator endpoint (osprey launch prints it)")
+      ->required();
+  ckpt_cmd->add_option("--dir", ckpt_dir, "directory (default: the job's checkpoint.dir)");
+  ckpt_cmd->add_option("--timeout-ms", ckpt_timeout_ms, "per request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -66,6 +79,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   if (launch_cmd->parsed()) return RunLaunch(launch);
+  if (ckpt_cmd->parsed()) return RunCheckpoint(ckpt_coordinator, ckpt_dir, ckpt_timeout_ms);
   if (doctor_cmd->parsed()) {
     return RunDoctor(doctor_bin_dir.empty() ? SelfBinDir() : doctor_bin_dir);
   }

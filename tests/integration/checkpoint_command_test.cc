@@ -1,0 +1,99 @@
+// `osprey checkpoint` against a running job: a real `osprey launch` in the background, the command
+// asks its coordinator for the servers and each writes its checkpoint file.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+std::string Env(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CheckpointCommandTest, WritesOneFilePerServerOfARunningJob) {
+  namespace fs = std::filesystem;
+  const std::string bin = Env("OSPREY_BIN_DIR", "build/bin");
+  const std::string src = Env("OSPREY_SOURCE_DIR", ".");
+  const std::string base = ::testing::TempDir() + "/osprey-ckpt-cmd-" + std::to_string(getpid());
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const std::string out = base + "/launch.out";
+  pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    std::freopen(out.c_str(), "w", stderr);
+    std::freopen(out.c_str(), "a", stdout);
+    execl((bin + "/osprey").c_str(), "osprey", "launch", (src + "/configs/local.yaml").c_str(),
+          "--quiet", "--set", "train.steps=1000000", "--log-dir", (base + "/logs").c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The launcher prints the coordinator endpoint first; servers register within seconds.
+  std::string endpoint;
+  std::regex re("coordinator (tcp://[0-9.]+:[0-9]+)");
+  for (int i = 0; i < 200 && endpoint.empty(); ++i) {
+    std::smatch m;
+    std::string text = ReadFile(out);
+    if (std::regex_search(text, m, re)) endpoint = m[1];
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  int rc = -1;
+  if (!endpoint.empty()) {
+    // Retry while the job is still starting (no servers registered yet).
+    for (int i = 0; i < 30 && rc != 0; ++i) {
+      std::string cmd = bin + "/osprey checkpoint --coordinator " + endpoint + " --dir " + base +
+                        "/ckpt >> " + base + "/ckpt.out 2>&1";
+      int status = std::system(cmd.c_str());
+      rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      if (rc != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+  kill(launcher, SIGINT);
+  int status = 0;
+  for (int i = 0; i < 100 && waitpid(launcher, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (waitpid(launcher, &status, WNOHANG) == 0) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+  }
+  ASSERT_FALSE(endpoint.empty()) << ReadFile(out);
+  ASSERT_EQ(rc, 0) << ReadFile(base + "/ckpt.out");
+  for (const char* f : {"/ckpt/server-0-of-2.ckpt", "/ckpt/server-1-of-2.ckpt"}) {
+    ASSERT_TRUE(fs::exists(base + f)) << f;
+    EXPECT_GT(fs::file_size(base + f), 1000u) << f;
+  }
+  EXPECT_NE(ReadFile(base + "/ckpt.out").find("server 1"), std::string::npos);
+}
+
+TEST(CheckpointCommandTest, UnreachableCoordinatorFailsWithAMessage) {
+  const std::string bin = Env("OSPREY_BIN_DIR", "build/bin");
+  const std::string out = ::testing::TempDir() + "/osprey-ckpt-unreachable.out";
+  std::string cmd = bin + "/osprey checkpoint --coordinator tcp://127.0.0.1:1 --timeout-ms 300 > " +
+                    out + " 2>&1";
+  int status = std::system(cmd.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+  EXPECT_NE(ReadFile(out).find("cannot reach the coordinator"), std::string::npos) << ReadFile(out);
+  status = std::system((bin + "/osprey checkpoint > /dev/null 2>&1").c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);  // --coordinator is required
+}
+
+}  // namespace
