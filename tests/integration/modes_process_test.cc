@@ -1,0 +1,331 @@
+// Consistency modes with real processes (issue 3): the test starts osprey-coordinator, two
+// osprey-server and two osprey-worker processes itself (as `osprey launch` does: same flags, a
+// free loopback port for the coordinator) so that it can stop or kill one worker.
+//
+//  - ssp: worker 1 is frozen with SIGSTOP (a worker that makes no progress; heartbeat_timeout_ms
+//    is raised so the coordinator does not mark it dead meanwhile). Worker 0 must stop within
+//    staleness_bound steps (+ the steps whose pulls were already answered) of worker 1's last step
+//    and stay there; after SIGCONT both finish.
+//  - bsp: worker 1 is killed with SIGKILL mid-training. The coordinator marks it dead after
+//    heartbeat_timeout_ms, the servers drop it from the bsp count, worker 0 trains to the end and
+//    every remaining process exits 0.
+// Not through `osprey launch`: the launcher fails the whole job as soon as any child exits
+// non-zero (tools/launcher.cc Monitor), which a SIGKILLed worker does.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/transport.h"
+#include "coordinator/coordinator_client.h"
+#include "proto/wire.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Env(const char* name, const char* fallback) {
+  const char* d = std::getenv(name);
+  return d ? d : fallback;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The rank the coordinator gave the worker writing `log` ("worker R of N: ..."); -1 until known.
+// Steps a worker says it trained ("worker R trained N steps"); -1 when it did not say.
+long TrainedSteps(const std::string& log) {
+  static const std::regex re(R"(worker \d+ trained (\d+) steps)");
+  std::string text = Slurp(log);
+  std::smatch m;
+  if (!std::regex_search(text, m, re)) return -1;
+  return std::stol(m[1]);
+}
+
+int RankOf(const std::string& log) {
+  static const std::regex re(R"(worker (\d+) of \d+:)");
+  std::string text = Slurp(log);
+  std::smatch m;
+  if (!std::regex_search(text, m, re)) return -1;
+  return std::stoi(m[1]);
+}
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  bool reaped = false;
+  int status = 0;
+};
+
+// Processes this test started; whatever is still running at the end is killed and reaped.
+class Cluster {
+ public:
+  Cluster(const std::string& config, std::vector<std::string> sets, const std::string& dir)
+      : dir_(dir) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    bin_ = Env("OSPREY_BIN_DIR", "build/bin");
+    common_ = {"--config", Env("OSPREY_SOURCE_DIR", ".") + "/configs/" + config};
+    endpoint_ = "tcp://127.0.0.1:" + std::to_string(FreePort());
+    sets.push_back("cluster.coordinator=" + endpoint_);
+    for (const auto& s : sets) common_.insert(common_.end(), {"--set", s});
+  }
+  ~Cluster() {
+    coord_.reset();
+    for (auto& c : children_) {
+      if (!c.reaped && c.pid > 0) {
+        ::kill(c.pid, SIGCONT);
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+      }
+    }
+  }
+
+  void Start() {
+    Spawn("coordinator-0", "osprey-coordinator");
+    Spawn("server-0", "osprey-server");
+    Spawn("server-1", "osprey-server");
+    Spawn("worker-0", "osprey-worker");
+    Spawn("worker-1", "osprey-worker");
+  }
+  Child& child(const std::string& name) {
+    for (auto& c : children_) {
+      if (c.name == name) return c;
+    }
+    throw std::runtime_error("no child " + name);
+  }
+  std::string log(const std::string& name) const { return dir_ + "/" + name + ".log"; }
+
+  // Reaps whatever exited; true once `c` has.
+  bool Exited(Child& c) {
+    if (c.reaped) return true;
+    int st = 0;
+    if (::waitpid(c.pid, &st, WNOHANG) == c.pid) {
+      c.reaped = true;
+      c.status = st;
+    }
+    return c.reaped;
+  }
+  // Waits until every child except `except` has exited, or `deadline`.
+  bool WaitAll(Clock::time_point deadline, const std::string& except = "") {
+    while (Clock::now() < deadline) {
+      bool all = true;
+      for (auto& c : children_) {
+        if (c.name != except && !Exited(c)) all = false;
+      }
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // Polls `pred` every 20 ms until true or `deadline`; fails early when a child other than
+  // `except` exited.
+  bool WaitFor(const std::function<bool()>& pred, Clock::time_point deadline,
+               const std::string& except = "") {
+    while (Clock::now() < deadline) {
+      if (pred()) return true;
+      for (auto& c : children_) {
+        if (c.name != except && Exited(c)) return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  std::vector<Child>& children() { return children_; }
+
+  // The step (heartbeat clock) the coordinator last heard from the worker process `name`; -1 when
+  // not known yet. Heartbeats come every cluster.heartbeat_interval_ms.
+  long Step(const std::string& name) {
+    int rank = RankOf(log(name));
+    if (rank < 0) return -1;
+    if (!coord_) {
+      auto t = osprey::MakeTransport(osprey::TransportOptions{});
+      if (!t.ok()) return -1;
+      auto c = osprey::coordinator::CoordinatorClient::Create(std::move(t).value(), endpoint_);
+      if (!c.ok()) return -1;
+      coord_ = std::move(c).value();
+    }
+    auto st = coord_->GetState(1000);
+    if (!st.ok()) return -1;
+    for (const auto& n : st->nodes()) {
+      if (n.role() == osprey::proto::ROLE_WORKER && n.rank() == rank) return n.clock();
+    }
+    return -1;
+  }
+  std::string Logs() const {
+    std::string out;
+    for (const auto& c : children_) out += "---- " + c.name + "\n" + Slurp(log(c.name));
+    return out;
+  }
+
+ private:
+  void Spawn(const std::string& name, const std::string& binary) {
+    std::vector<std::string> args = common_;
+    std::string path = bin_ + "/" + binary;
+    std::string logp = log(name);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(logp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(path.c_str()));
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(path.c_str(), argv.data());
+      ::_exit(127);
+    }
+    children_.push_back(Child{name, pid});
+  }
+
+  std::string dir_, bin_, endpoint_;
+  std::unique_ptr<osprey::coordinator::CoordinatorClient> coord_;
+  std::vector<std::string> common_;
+  std::vector<Child> children_;
+};
+
+bool ExitedZero(const Child& c) {
+  return c.reaped && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+}
+
+std::string Describe(const Child& c) {
+  if (!c.reaped) return c.name + " still running";
+  if (WIFEXITED(c.status)) return c.name + " exited " + std::to_string(WEXITSTATUS(c.status));
+  if (WIFSIGNALED(c.status))
+    return c.name + " killed by signal " + std::to_string(WTERMSIG(c.status));
+  return c.name + " ?";
+}
+
+constexpr int kSteps = 400;
+// The coordinator's clock of a worker is its step at its last heartbeat (every 20 ms here); a
+// worker frozen or killed just before a heartbeat may have made up to this many more steps
+// (about 200 steps/s on 2 cores).
+constexpr long kHeartbeatLagSteps = 8;
+
+TEST(ModesProcessTest, SspFastWorkerBlocksStalenessBoundAheadAndResumes) {
+  constexpr int kBound = 2;
+  Cluster cluster("ssp.yaml",
+                  {"train.steps=" + std::to_string(kSteps), "cluster.heartbeat_interval_ms=20",
+                   "train.eval_samples=2000",
+                   "tables.embeddings.consistency.staleness_bound=" + std::to_string(kBound),
+                   "tables.mlp.consistency.staleness_bound=" + std::to_string(kBound),
+                   // SIGSTOP freezes the heartbeats too: keep the frozen worker alive.
+                   "cluster.heartbeat_timeout_ms=30000"},
+                  ::testing::TempDir() + "/osprey-modes-ssp-block");
+  cluster.Start();
+  auto start = Clock::now();
+  ASSERT_TRUE(cluster.WaitFor([&] { return cluster.Step("worker-1") >= 20; },
+                              start + std::chrono::seconds(30)))
+      << "worker 1 made no progress\n"
+      << cluster.Logs();
+  Child& slow = cluster.child("worker-1");
+  ASSERT_EQ(::kill(slow.pid, SIGSTOP), 0);
+  // Let worker 0 run into the bound, then watch it stand still.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  long w1_step = cluster.Step("worker-1");  // at its last heartbeat
+  long w0_blocked = cluster.Step("worker-0");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  long w0_later = cluster.Step("worker-0");
+  std::printf(
+      "worker 1 frozen at step %ld (last heartbeat); worker 0 at %ld, 1.5 s later %ld "
+      "(bound %d)\n",
+      w1_step, w0_blocked, w0_later, kBound);
+  EXPECT_EQ(w0_later, w0_blocked) << "worker 0 kept training while worker 1 was frozen";
+  // Worker 0's pull for step c waits while c > progress(worker 1) + bound, so worker 0 finishes at
+  // most step progress + bound + 1; progress of worker 1 at the servers is at most its
+  // heartbeat step + 1 (pushed, step not counted yet) + the heartbeat lag.
+  EXPECT_LE(w0_later, w1_step + kHeartbeatLagSteps + 1 + kBound + 1);
+  EXPECT_GE(w0_later, w1_step) << "worker 0 should have caught up to the frozen worker";
+  EXPECT_LT(w0_later, kSteps);
+  ASSERT_EQ(::kill(slow.pid, SIGCONT), 0);
+  EXPECT_TRUE(cluster.WaitAll(Clock::now() + std::chrono::seconds(40))) << cluster.Logs();
+  for (auto& c : cluster.children()) EXPECT_TRUE(ExitedZero(c)) << Describe(c);
+  EXPECT_EQ(TrainedSteps(cluster.log("worker-0")), kSteps);
+  EXPECT_EQ(TrainedSteps(cluster.log("worker-1")), kSteps);
+}
+
+TEST(ModesProcessTest, BspKilledWorkerIsEvictedAndTrainingFinishes) {
+  constexpr int kHeartbeatTimeoutMs = 3000;
+  Cluster cluster("bsp.yaml",
+                  {"train.steps=" + std::to_string(kSteps), "cluster.heartbeat_interval_ms=20",
+                   "train.eval_samples=2000",
+                   "cluster.heartbeat_timeout_ms=" + std::to_string(kHeartbeatTimeoutMs)},
+                  ::testing::TempDir() + "/osprey-modes-bsp-kill");
+  cluster.Start();
+  auto start = Clock::now();
+  ASSERT_TRUE(cluster.WaitFor([&] { return cluster.Step("worker-1") >= 20; },
+                              start + std::chrono::seconds(30)))
+      << "worker 1 made no progress\n"
+      << cluster.Logs();
+  Child& victim = cluster.child("worker-1");
+  ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
+  auto killed = Clock::now();
+  while (!cluster.Exited(victim)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  long w1_step = cluster.Step("worker-1");
+  // bsp: worker 0 cannot get more than a step ahead of the dead worker until it is evicted.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kHeartbeatTimeoutMs / 2));
+  long w0_held = cluster.Step("worker-0");
+  EXPECT_LE(w0_held, w1_step + kHeartbeatLagSteps + 2)
+      << "worker 0 ran ahead of a (dead, not yet evicted) bsp peer";
+  // Evicted within the heartbeat timeout (+ a heartbeat interval and polling margin): worker 0
+  // moves again.
+  bool resumed =
+      cluster.WaitFor([&] { return cluster.Step("worker-0") > w0_held + 5; },
+                      killed + std::chrono::milliseconds(kHeartbeatTimeoutMs + 3000), "worker-1");
+  double resumed_s = std::chrono::duration<double>(Clock::now() - killed).count();
+  std::printf(
+      "worker 1 killed at step %ld (last heartbeat); worker 0 held at %ld; resumed %.2f s "
+      "after the kill (heartbeat timeout %.1f s)\n",
+      w1_step, w0_held, resumed_s, kHeartbeatTimeoutMs / 1000.0);
+  EXPECT_TRUE(resumed) << "worker 0 did not resume within the heartbeat timeout + 3 s\n"
+                       << cluster.Logs();
+  EXPECT_TRUE(cluster.WaitAll(Clock::now() + std::chrono::seconds(40), "worker-1"))
+      << cluster.Logs();
+  EXPECT_TRUE(victim.reaped && WIFSIGNALED(victim.status) && WTERMSIG(victim.status) == SIGKILL);
+  for (auto& c : cluster.children()) {
+    if (c.name != "worker-1") {
+      EXPECT_TRUE(ExitedZero(c)) << Describe(c) << "\n" << cluster.Logs();
+    }
+  }
+  EXPECT_EQ(TrainedSteps(cluster.log("worker-0")), kSteps);
+  EXPECT_NE(Slurp(cluster.log("coordinator-0")).find("marked dead"), std::string::npos)
+      << Slurp(cluster.log("coordinator-0"));
+}
+
+}  // namespace
