@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/config/job_config.h"
-#include "tests/testing/cluster_fixture.h"
+#include "tests/testing/inproc_training.h"
 #include "worker/client/client.h"
 #include "worker/trainer.h"
 
@@ -38,31 +38,17 @@ RunResult Train(const std::vector<std::string>& overrides) {
   auto job = config::LoadJobConfig(std::string(src) + "/configs/local.yaml", sets);
   EXPECT_TRUE(job.ok()) << job.status().ToString();
   if (!job.ok()) return out;
-  testing::InprocCluster cluster(2, job->tables);
-  EXPECT_TRUE(cluster.ActivateAll().ok());
-  std::vector<std::unique_ptr<worker::Client>> clients;
-  std::vector<std::unique_ptr<worker::Trainer>> trainers;
-  for (int r = 0; r < kWorkers; ++r) {
-    worker::ClientOptions o;
-    o.worker_rank = r;
-    clients.push_back(std::make_unique<worker::Client>(o, cluster.NewTransport(), cluster.map()));
-    EXPECT_TRUE(clients.back()->Start().ok());
-    trainers.push_back(std::make_unique<worker::Trainer>(*job, r, kWorkers, clients.back().get()));
-    Status s = trainers.back()->Init();
-    EXPECT_TRUE(s.ok()) << s.ToString();
-  }
-  std::vector<Status> results(kWorkers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] { results[r] = trainers[r]->Run(nullptr); });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kWorkers; ++r) EXPECT_TRUE(results[r].ok()) << results[r].ToString();
-  auto eval = trainers[0]->Evaluate();
+  testing::InprocTraining training(*job, /*servers=*/2, kWorkers);
+  Status init = training.Init();
+  EXPECT_TRUE(init.ok()) << init.ToString();
+  if (!init.ok()) return out;
+  Status run = training.RunAll();
+  EXPECT_TRUE(run.ok()) << run.ToString();
+  auto eval = training.trainer(0).Evaluate();
   EXPECT_TRUE(eval.ok()) << eval.status().ToString();
   if (eval.ok()) out.eval = *eval;
   for (int r = 0; r < kWorkers; ++r) {
-    worker::CompressionStats c = trainers[r]->compression_stats();
+    worker::CompressionStats c = training.trainer(r).compression_stats();
     out.comp.messages += c.messages;
     out.comp.compressed_messages += c.compressed_messages;
     out.comp.bytes_raw += c.bytes_raw;
@@ -71,8 +57,8 @@ RunResult Train(const std::vector<std::string>& overrides) {
     if (r == 0) out.comp.last_density = c.last_density;
   }
   for (int s = 0; s < 2; ++s) {
-    out.frames_decoded += cluster.server(s).decode_stats().frames.load();
-    EXPECT_EQ(cluster.server(s).stats().bad_requests, 0u);
+    out.frames_decoded += training.cluster().server(s).decode_stats().frames.load();
+    EXPECT_EQ(training.cluster().server(s).stats().bad_requests, 0u);
   }
   return out;
 }

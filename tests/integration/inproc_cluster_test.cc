@@ -5,9 +5,7 @@
 #include <thread>
 
 #include "common/config/job_config.h"
-#include "tests/testing/cluster_fixture.h"
-#include "worker/client/client.h"
-#include "worker/trainer.h"
+#include "tests/testing/inproc_training.h"
 
 namespace osprey {
 namespace {
@@ -18,30 +16,14 @@ TEST(InprocClusterTest, TwoServersTwoWorkersLearnThePlantedModel) {
   auto job = config::LoadJobConfig(std::string(src) + "/configs/local.yaml",
                                    {"train.eval_samples=10000"});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  testing::InprocCluster cluster(2, job->tables);
-  ASSERT_TRUE(cluster.ActivateAll().ok());
+  testing::InprocTraining training(*job, /*servers=*/2, /*workers=*/2);
+  Status init = training.Init();
+  ASSERT_TRUE(init.ok()) << init.ToString();
+  Status run = training.RunAll();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  EXPECT_EQ(training.trainer(0).progress().step, job->train.steps);
 
-  const int kWorkers = 2;
-  std::vector<std::unique_ptr<worker::Client>> clients;
-  std::vector<std::unique_ptr<worker::Trainer>> trainers;
-  for (int r = 0; r < kWorkers; ++r) {
-    worker::ClientOptions o;
-    o.worker_rank = r;
-    clients.push_back(std::make_unique<worker::Client>(o, cluster.NewTransport(), cluster.map()));
-    ASSERT_TRUE(clients.back()->Start().ok());
-    trainers.push_back(std::make_unique<worker::Trainer>(*job, r, kWorkers, clients.back().get()));
-    ASSERT_TRUE(trainers.back()->Init().ok());
-  }
-  std::vector<Status> results(kWorkers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] { results[r] = trainers[r]->Run(nullptr); });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(results[r].ok()) << results[r].ToString();
-  EXPECT_EQ(trainers[0]->progress().step, job->train.steps);
-
-  auto eval = trainers[0]->Evaluate();
+  auto eval = training.trainer(0).Evaluate();
   ASSERT_TRUE(eval.ok()) << eval.status().ToString();
   EXPECT_EQ(eval->samples, 10000u);
   EXPECT_GT(eval->oracle_auc, 0.7);
@@ -50,8 +32,8 @@ TEST(InprocClusterTest, TwoServersTwoWorkersLearnThePlantedModel) {
   EXPECT_LT(eval->logloss, 0.69);  // better than predicting 0.5
   // Both servers did work, and no request was rejected.
   for (int s = 0; s < 2; ++s) {
-    EXPECT_GT(cluster.server(s).stats().pushes_applied, 0u);
-    EXPECT_EQ(cluster.server(s).stats().bad_requests, 0u);
+    EXPECT_GT(training.cluster().server(s).stats().pushes_applied, 0u);
+    EXPECT_EQ(training.cluster().server(s).stats().bad_requests, 0u);
   }
 }
 

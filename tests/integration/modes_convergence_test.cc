@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/config/job_config.h"
-#include "tests/testing/cluster_fixture.h"
+#include "tests/testing/inproc_training.h"
 #include "worker/client/client.h"
 #include "worker/trainer.h"
 
@@ -58,46 +58,29 @@ void Train(const std::vector<std::string>& consistency, ModeResult* out) {
   }
   auto job = config::LoadJobConfig(std::string(src) + "/configs/local.yaml", overrides);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  testing::InprocCluster cluster(2, job->tables);
-  ASSERT_TRUE(cluster.ActivateAll().ok());
-
-  std::vector<std::unique_ptr<worker::Client>> clients;
-  std::vector<std::unique_ptr<worker::Trainer>> trainers;
+  testing::InprocTraining training(*job, /*servers=*/2, kWorkers);
+  Status init = training.Init();
+  ASSERT_TRUE(init.ok()) << init.ToString();
+  Status run = training.RunAll();
+  ASSERT_TRUE(run.ok()) << run.ToString();
   for (int r = 0; r < kWorkers; ++r) {
-    worker::ClientOptions o;
-    o.worker_rank = r;
-    clients.push_back(std::make_unique<worker::Client>(o, cluster.NewTransport(), cluster.map()));
-    ASSERT_TRUE(clients.back()->Start().ok());
-    trainers.push_back(std::make_unique<worker::Trainer>(*job, r, kWorkers, clients.back().get()));
-    ASSERT_TRUE(trainers.back()->Init().ok());
-  }
-  std::vector<Status> results(kWorkers);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorkers; ++r) {
-    threads.emplace_back([&, r] { results[r] = trainers[r]->Run(nullptr); });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kWorkers; ++r) {
-    ASSERT_TRUE(results[r].ok()) << results[r].ToString();
-    ASSERT_EQ(trainers[r]->progress().step, kSteps);
-    out->samples += trainers[r]->progress().samples;
+    ASSERT_EQ(training.trainer(r).progress().step, kSteps);
+    out->samples += training.trainer(r).progress().samples;
   }
   // ssp: a last partial window closes on its merge_window_us timer (2 ms); let it.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  auto eval = trainers[0]->Evaluate();
+  auto eval = training.trainer(0).Evaluate();
   ASSERT_TRUE(eval.ok()) << eval.status().ToString();
   ASSERT_EQ(eval->samples, 20000u);
   out->auc = eval->auc;
   out->oracle_auc = eval->oracle_auc;
   for (int s = 0; s < 2; ++s) {
-    auto st = cluster.server(s).stats();
+    auto st = training.cluster().server(s).stats();
     EXPECT_EQ(st.bad_requests, 0u);
     out->pushes_applied += st.pushes_applied;
     out->windows_applied += st.windows_applied;
     out->pushes_dropped += st.pushes_dropped;
   }
-  for (auto& t : trainers) t.reset();
-  for (auto& c : clients) c->Stop();
 }
 
 void Print(const char* mode, const ModeResult& r) {
