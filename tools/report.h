@@ -33,6 +33,23 @@ struct JobReport {
   double encode_seconds = 0;
   uint64_t compressed_messages = 0;
   double last_density = kMissing;  // worker 0's
+  // Step-time breakdown, seconds averaged over workers (see proto WorkerReport).
+  double time_wait_input = 0;
+  double time_compute = 0;
+  double time_push = 0;
+  double time_nccl = 0;
+  double prefetch_read = 0;
+  double prefetch_dedupe = 0;
+  double prefetch_cache = 0;
+  double prefetch_pull = 0;
+  // Hot-row cache, summed over workers; hit rate NaN without lookups.
+  uint64_t cache_lookups = 0;
+  uint64_t cache_hits = 0;
+  uint64_t cache_evictions = 0;
+  uint64_t rows_pulled = 0;
+  double cache_hit_rate = kMissing;
+  double bytes_per_sample = kMissing;  // (pushed + pulled) / samples
+  std::string device;                  // worker 0's
 };
 
 JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds);
@@ -41,9 +58,11 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
 // push was compressed.
 std::string FormatReport(const JobReport& report);
 
-// One JSON object with exactly the keys auc, oracle_auc, logloss, samples_per_sec, steps,
-// bytes_pushed, bytes_pulled, wall_seconds (numbers; a value that is missing or not finite is
-// written as null, since JSON has no NaN).
+// One JSON object with the keys auc, oracle_auc, logloss, samples_per_sec, steps, bytes_pushed,
+// bytes_pulled, wall_seconds, then time_wait_input, time_compute, time_push, time_nccl,
+// prefetch_read, prefetch_dedupe, prefetch_cache, prefetch_pull, cache_lookups, cache_hits,
+// cache_evictions, rows_pulled, cache_hit_rate, bytes_per_sample and device (a string); numbers
+// that are missing or not finite are written as null, since JSON has no NaN.
 std::string ReportJson(const JobReport& report);
 
 // "512 B", "1.5 KiB", "3.20 GiB".

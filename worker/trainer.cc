@@ -111,10 +111,44 @@ Status Trainer::WaitPushes() {
   return first;
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+void FillStepReport(const CompressionStats& comp, const StepTimes& t, proto::WorkerReport* report) {
+  report->set_dense_push_bytes_raw(comp.bytes_raw);
+  report->set_dense_push_bytes_encoded(comp.bytes_encoded);
+  report->set_encode_seconds(comp.encode_seconds);
+  report->set_compressed_messages(comp.compressed_messages);
+  report->set_last_density(comp.last_density);
+  report->set_time_wait_input(t.wait_input);
+  report->set_time_compute(t.compute);
+  report->set_time_push(t.push);
+  report->set_time_nccl(t.nccl);
+  report->set_prefetch_read(t.read);
+  report->set_prefetch_dedupe(t.dedupe);
+  report->set_prefetch_cache(t.cache);
+  report->set_prefetch_pull(t.pull);
+}
+
+void Trainer::FillReport(proto::WorkerReport* report) const {
+  FillStepReport(compression_stats(), times_, report);
+  report->set_rows_pulled(rows_pulled_);
+  report->set_device("cpu");
+}
+
 Status Trainer::Step(data::Batch* batch) {
+  // The CPU loop has no prefetch thread: read, dedupe and the wait for pulls are all on the
+  // step's critical path, so they count both as prefetch-side times and as wait_input.
+  auto t0 = Clock::now();
   OSPREY_RETURN_IF_ERROR(data_->Next(job_.train.batch_size, batch));
   if (batch->size == 0) return OutOfRange("training data ended");
+  times_.read += Since(t0);
+  auto t1 = Clock::now();
   data::DedupeKeys(*batch, &keys_, &row_index_);
+  times_.dedupe += Since(t1);
+  rows_pulled_ += keys_.size();
   rows_.resize(keys_.size() * dim_);
   row_grad_.resize(rows_.size());
   probs_.resize(batch->size);
@@ -123,21 +157,30 @@ Status Trainer::Step(data::Batch* batch) {
   int64_t clock = step_.load();
   Ticket pull_rows = client_->Pull(sparse_table_, keys_.data(), keys_.size(), rows_.data(), clock);
   Ticket pull_dense = client_->PullDense(dense_table_, params_.data(), clock);
+  auto t2 = Clock::now();
   Status s1 = client_->Wait(pull_rows);
   Status s2 = client_->Wait(pull_dense);
+  times_.pull += Since(t2);
+  times_.wait_input += Since(t0);
+  auto t3 = Clock::now();
   OSPREY_RETURN_IF_ERROR(WaitPushes());  // last step's pushes; they overlapped with this pull
+  times_.push += Since(t3);
   OSPREY_RETURN_IF_ERROR(s1);
   OSPREY_RETURN_IF_ERROR(s2);
+  auto t4 = Clock::now();
   float loss = model_->ForwardBackward(params_.data(), rows_.data(), keys_.size(),
                                        row_index_.data(), *batch, dense_grad_.data(),
                                        row_grad_.data(), probs_.data());
   if (!std::isfinite(loss)) {
     return Internal("step " + std::to_string(step_.load()) + ": loss is not finite");
   }
+  times_.compute += Since(t4);
+  auto t5 = Clock::now();
   push_tickets_.push_back(client_->Push(sparse_table_, keys_.data(), keys_.size(),
                                         row_grad_.data(), clock, client_->version(sparse_table_)));
   push_tickets_.push_back(client_->PushDense(dense_table_, dense_grad_.data(), clock,
                                              client_->version(dense_table_)));
+  times_.push += Since(t5);
   double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
   loss_.store(avg);
   samples_.fetch_add(batch->size);

@@ -21,6 +21,7 @@
 #include "worker/compression.h"
 #include "worker/data/batch.h"
 #include "worker/models/model.h"
+#include "osprey.pb.h"
 
 namespace osprey::worker {
 
@@ -49,25 +50,56 @@ struct EvalResult {
   uint64_t samples = 0;
 };
 
-class Trainer {
+// Where a worker's step time went, in seconds summed over steps (see proto WorkerReport).
+struct StepTimes {
+  double wait_input = 0;  // main thread blocked on the step's inputs (data, pulls not hidden)
+  double compute = 0;     // forward + backward (+ device copies on GPU workers)
+  double push = 0;        // encode + send pushes + wait for earlier pushes
+  double nccl = 0;        // collectives inside the host
+  double read = 0;        // prefetch side: reading / generating batches
+  double dedupe = 0;      // prefetch side: deduping keys
+  double cache = 0;       // prefetch side: hot-row cache planning
+  double pull = 0;        // prefetch side: waiting for pulls
+};
+
+// The training loop osprey-worker runs: the CPU Trainer below or the GPU trainer
+// (worker/gpu_trainer.h). Init, Run and Evaluate on one thread; progress() from any thread.
+class TrainLoop {
+ public:
+  virtual ~TrainLoop() = default;
+  // Builds the model and data, installs compression, and initialises the dense table.
+  virtual Status Init() = 0;
+  // Runs job.train.steps steps; `on_log` is called every log_every_steps steps.
+  virtual Status Run(const std::function<void(const Progress&)>& on_log) = 0;
+  // Evaluates the current parameters on job.train.eval_samples held-out samples.
+  virtual StatusOr<EvalResult> Evaluate() = 0;
+  virtual Progress progress() const = 0;
+  virtual double train_seconds() const = 0;
+  // Adds this loop's statistics (compression, step-time breakdown, cache, device) to *report.
+  virtual void FillReport(proto::WorkerReport* report) const = 0;
+};
+
+// Shared by both loops: the compression and step-time fields of a WorkerReport.
+void FillStepReport(const CompressionStats& comp, const StepTimes& times, proto::WorkerReport* report);
+
+class Trainer final : public TrainLoop {
  public:
   // `client` is borrowed and must outlive the Trainer.
   Trainer(const config::JobConfig& job, int rank, int num_workers, Client* client);
   // Removes the dense encoder it installed from the client (which outlives the Trainer).
-  ~Trainer();
+  ~Trainer() override;
 
   // Init() installs a DenseCompressor on the client when the dense table's codec is not "none".
+  Status Init() override;
+  Status Run(const std::function<void(const Progress&)>& on_log) override;
+  StatusOr<EvalResult> Evaluate() override;
 
-  Status Init();
-  // Runs job.train.steps steps; `on_log` is called every log_every_steps steps.
-  Status Run(const std::function<void(const Progress&)>& on_log);
-  // Evaluates the current parameters on job.train.eval_samples held-out samples.
-  StatusOr<EvalResult> Evaluate();
-
-  Progress progress() const;
-  double train_seconds() const { return train_seconds_; }
+  Progress progress() const override;
+  double train_seconds() const override { return train_seconds_; }
+  void FillReport(proto::WorkerReport* report) const override;
   // Dense push compression so far (all zero when the dense table is not compressed).
   CompressionStats compression_stats() const;
+  StepTimes step_times() const { return times_; }
 
  private:
   Status Step(data::Batch* batch);
@@ -93,10 +125,12 @@ class Trainer {
   std::vector<float> probs_;
   std::vector<Ticket> push_tickets_;
 
+  uint64_t rows_pulled_ = 0;
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};
   double train_seconds_ = 0;
+  StepTimes times_;
 };
 
 }  // namespace osprey::worker

@@ -17,6 +17,7 @@
 #include "common/malloc_tuning.h"
 #include "coordinator/coordinator_client.h"
 #include "worker/client/client.h"
+#include "worker/gpu_trainer.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -63,12 +64,17 @@ int main(int argc, char** argv) {
   Status s = client.Start();
   if (!s.ok()) return Fail(s, "client");
 
-  worker::Trainer trainer(*job, rank, num_workers, &client);
+  auto made = worker::MakeTrainLoop(*job, rank, num_workers, &client);
+  if (!made.ok()) {
+    OSPREY_LOG_ERROR("worker {}: {}", rank, made.status().ToString());
+    return 2;
+  }
+  std::unique_ptr<worker::TrainLoop> trainer = std::move(*made);
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = job->cluster.heartbeat_interval_ms;
   hb.timeout_ms = job->cluster.heartbeat_timeout_ms;
   hb.fill = [&trainer, rank] {
-    worker::Progress p = trainer.progress();
+    worker::Progress p = trainer->progress();
     proto::Heartbeat h;
     h.set_role(proto::ROLE_WORKER);
     h.set_rank(rank);
@@ -93,15 +99,15 @@ int main(int argc, char** argv) {
 
   OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job->train.steps,
                   job->train.batch_size);
-  s = trainer.Init();
+  s = trainer->Init();
   if (!s.ok()) return Fail(s, "init");
-  s = trainer.Run([rank](const worker::Progress& p) {
+  s = trainer->Run([rank](const worker::Progress& p) {
     OSPREY_LOG_DEBUG("worker {} step {} loss {:.4f}", rank, p.step, p.loss);
   });
   if (!s.ok()) return Fail(s, "training");
-  worker::Progress p = trainer.progress();
+  worker::Progress p = trainer->progress();
   OSPREY_LOG_INFO("worker {} trained {} steps ({} samples) in {:.1f} s, loss {:.4f}", rank, p.step,
-                  p.samples, trainer.train_seconds(), p.loss);
+                  p.samples, trainer->train_seconds(), p.loss);
 
   s = (*coord)->Barrier("train-done", proto::ROLE_WORKER, rank, job->cluster.startup_timeout_ms * 10);
   if (!s.ok()) return Fail(s, "barrier");
@@ -109,10 +115,10 @@ int main(int argc, char** argv) {
   report.set_rank(rank);
   report.set_steps(p.step);
   report.set_samples(p.samples);
-  report.set_train_seconds(trainer.train_seconds());
+  report.set_train_seconds(trainer->train_seconds());
   report.set_final_loss(p.loss);
   if (rank == 0 && job->train.eval_samples > 0) {
-    auto eval = trainer.Evaluate();
+    auto eval = trainer->Evaluate();
     if (!eval.ok()) return Fail(eval.status(), "evaluation");
     report.set_auc(eval->auc);
     report.set_logloss(eval->logloss);
@@ -124,17 +130,19 @@ int main(int argc, char** argv) {
   worker::ClientStats cs = client.stats();
   report.set_bytes_pushed(cs.bytes_pushed);
   report.set_bytes_pulled(cs.bytes_pulled);
-  worker::CompressionStats comp = trainer.compression_stats();
-  report.set_dense_push_bytes_raw(comp.bytes_raw);
-  report.set_dense_push_bytes_encoded(comp.bytes_encoded);
-  report.set_encode_seconds(comp.encode_seconds);
-  report.set_compressed_messages(comp.compressed_messages);
-  report.set_last_density(comp.last_density);
-  OSPREY_LOG_INFO("worker {} pushed {} B, pulled {} B; dense compression: {} -> {} B in {} of {} "
-                  "messages, encode {:.1f} ms, last density {:.4f}",
-                  rank, cs.bytes_pushed, cs.bytes_pulled, comp.bytes_raw, comp.bytes_encoded,
-                  comp.compressed_messages, comp.messages, comp.encode_seconds * 1e3,
-                  comp.last_density);
+  trainer->FillReport(&report);
+  OSPREY_LOG_INFO("worker {} on {} pushed {} B, pulled {} B; dense compression: {} -> {} B in {} "
+                  "messages, encode {:.1f} ms",
+                  rank, report.device(), cs.bytes_pushed, cs.bytes_pulled,
+                  report.dense_push_bytes_raw(), report.dense_push_bytes_encoded(),
+                  report.compressed_messages(), report.encode_seconds() * 1e3);
+  OSPREY_LOG_INFO("worker {} step time: wait-input {:.2f} s, compute {:.2f} s, push {:.2f} s, "
+                  "nccl {:.2f} s; prefetch side: read {:.2f} s, dedupe {:.2f} s, cache {:.2f} s, "
+                  "pull {:.2f} s; cache hits {} of {} lookups, {} evictions, {} rows pulled",
+                  rank, report.time_wait_input(), report.time_compute(), report.time_push(),
+                  report.time_nccl(), report.prefetch_read(), report.prefetch_dedupe(),
+                  report.prefetch_cache(), report.prefetch_pull(), report.cache_hits(),
+                  report.cache_lookups(), report.cache_evictions(), report.rows_pulled());
   s = (*coord)->Report(report, job->client.timeout_ms);
   if (!s.ok()) return Fail(s, "report");
   (*coord)->Stop();

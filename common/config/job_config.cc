@@ -111,6 +111,18 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("timeout_ms", &job->client.timeout_ms, 1, 86400000);
     s.Get("max_inflight", &job->client.max_inflight, 1, 1 << 16);
   });
+  f.Section("worker", [&](YamlFields& s) {
+    s.Get("device", &job->worker.device, {"cpu", "cuda", "auto"});
+    s.Get("gpu", &job->worker.gpu, -1, 1023);
+    s.Get("tf32", &job->worker.tf32);
+    s.Get("prefetch", &job->worker.prefetch);
+    s.Get("data_threads", &job->worker.data_threads, 1, 64);
+    s.Section("cache", [&](YamlFields& c) {
+      c.Get("capacity_rows", &job->worker.cache.capacity_rows, 0, (uint64_t{1} << 31) - 1);
+      c.Get("capacity_fraction", &job->worker.cache.capacity_fraction, 0, 1);
+      c.Get("staleness_bound", &job->worker.cache.staleness_bound, -1, int64_t{1} << 30);
+    });
+  });
   f.Section("checkpoint", [&](YamlFields& s) { ParseCheckpoint(s, &job->checkpoint); });
   f.Section("log", [&](YamlFields& s) {
     s.Get("level", &job->log_level, {"trace", "debug", "info", "warn", "error", "off"});

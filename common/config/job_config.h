@@ -79,6 +79,25 @@ struct ClientSection {
   int max_inflight = 64;   // requests in flight per client before Push/Pull block
 };
 
+// How osprey-worker computes: on the CPU or on a CUDA device, with a hot-row cache and prefetch
+// on the GPU path (worker/gpu_trainer.h).
+struct WorkerCacheConfig {
+  uint64_t capacity_rows = 0;      // rows kept on the GPU; 0 = capacity_fraction decides
+  double capacity_fraction = 0;    // of the sparse key space (sum of data cardinalities); 0 with
+                                   // capacity_rows 0: no reuse across steps (every row re-pulled)
+  int64_t staleness_bound = -1;    // steps a cached row may lag; -1: the sparse table's (bsp 0,
+                                   // ssp staleness_bound, async 4)
+};
+
+struct WorkerSection {
+  std::string device = "cpu";  // cpu | cuda | auto (cuda when built with CUDA and a GPU is visible)
+  int gpu = -1;                // CUDA device; -1: worker rank modulo the visible devices
+  bool tf32 = true;            // MLP products on TF32 tensor cores (GPU)
+  bool prefetch = true;        // GPU: prepare step t+1 (data, dedupe, cache, pulls) during step t
+  int data_threads = 2;        // GPU: threads generating synthetic batches ahead
+  WorkerCacheConfig cache;
+};
+
 struct JobConfig {
   std::string file;  // where it was loaded from
   ClusterConfig cluster;
@@ -87,6 +106,7 @@ struct JobConfig {
   DataConfig data;
   TrainConfig train;
   ClientSection client;
+  WorkerSection worker;
   CheckpointConfig checkpoint;
   std::string log_level = "info";
 

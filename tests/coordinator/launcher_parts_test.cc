@@ -81,17 +81,36 @@ TEST(ReportTest, SummarizesWorkerReports) {
   w0->set_auc(0.75);
   w0->set_oracle_auc(0.8);
   w0->set_logloss(0.45);
+  w0->set_time_compute(3.0);
+  w1->set_time_compute(1.0);
+  w0->set_time_wait_input(1.0);
+  w0->set_cache_lookups(100);
+  w0->set_cache_hits(90);
+  w1->set_cache_lookups(100);
+  w1->set_cache_hits(70);
+  w0->set_device("cuda:0 (H200)");
   JobReport r = SummarizeReports(s, 7.5);
+  EXPECT_DOUBLE_EQ(r.time_compute, 2.0);  // averaged over the 2 workers
+  EXPECT_DOUBLE_EQ(r.time_wait_input, 0.5);
+  EXPECT_DOUBLE_EQ(r.cache_hit_rate, 0.8);
+  EXPECT_DOUBLE_EQ(r.bytes_per_sample, 1130.0 / 4000);
+  EXPECT_EQ(r.device, "cuda:0 (H200)");
   EXPECT_EQ(r.steps, 100u);
   EXPECT_DOUBLE_EQ(r.samples_per_sec, 1000.0);  // 4000 samples / the longest 4 s
   EXPECT_EQ(r.bytes_pushed, 110u);
   EXPECT_EQ(r.bytes_pulled, 1020u);
   EXPECT_DOUBLE_EQ(r.auc, 0.75);
-  EXPECT_EQ(ReportJson(r),
-            "{\"auc\": 0.75, \"oracle_auc\": 0.8, \"logloss\": 0.45, "
-            "\"samples_per_sec\": 1000, \"steps\": 100, \"bytes_pushed\": 110, "
-            "\"bytes_pulled\": 1020, \"wall_seconds\": 7.5}\n");
-  EXPECT_NE(FormatReport(r).find("held-out AUC      0.7500"), std::string::npos);
+  const std::string json = ReportJson(r);
+  EXPECT_EQ(json.rfind("{\"auc\": 0.75, \"oracle_auc\": 0.8, \"logloss\": 0.45, "
+                       "\"samples_per_sec\": 1000, \"steps\": 100, \"bytes_pushed\": 110, "
+                       "\"bytes_pulled\": 1020, \"wall_seconds\": 7.5, \"time_wait_input\": 0.5, "
+                       "\"time_compute\": 2, ", 0), 0u) << json;
+  EXPECT_NE(json.find("\"cache_hit_rate\": 0.8, "), std::string::npos) << json;
+  EXPECT_NE(json.find("\"device\": \"cuda:0 (H200)\"}\n"), std::string::npos) << json;
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("held-out AUC      0.7500"), std::string::npos);
+  EXPECT_NE(text.find("wait-input 20%, compute 80%, push 0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("hit rate 80.0%"), std::string::npos) << text;
 }
 
 TEST(ReportTest, MissingEvaluationIsNullInJson) {

@@ -1,0 +1,299 @@
+// osprey-bench-dlrm (`osprey bench dlrm`): end-to-end GPU training throughput of the
+// Criteo-Kaggle-shaped DLRM through a local Osprey cluster, against the all-on-GPU PyTorch
+// reference (bench/reference/dlrm_torch.py) run on the same machine in the same invocation.
+//
+//   osprey bench dlrm [--config configs/bench-dlrm-kaggle.yaml] [--batches 2048,16384]
+//                     [--cache 1.0,0.1] [--gpus 1] [--steps 200] [--runs 3] [--servers 4]
+//                     [--reference bench/reference/dlrm_torch.py] [--json PATH] [--set k=v]...
+//
+// Every case (gpus x batch x cache fraction) runs `osprey launch CONFIG` `--runs` times as a real
+// cluster (coordinator, servers, one osprey-worker per GPU) and reads its --report-json. The
+// table shows the median samples/s over the runs, and the step-time breakdown, cache hit rate and
+// bytes per sample of the median run. Cache fraction 0 means no reuse across steps (every step
+// pulls every row it uses). The reference runs once per batch size (it times several windows
+// itself and reports their median); when python3 or torch is missing it is reported as skipped.
+//
+// Exit status: 0 when every case ran, 1 when a case failed (its log directory is printed), 2 for
+// bad flags.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace {
+
+// Runs argv with stdout+stderr appended to `log`; returns the exit status (or 128 + signal).
+int RunProcess(const std::vector<std::string>& argv, const std::string& log) {
+  pid_t pid = fork();
+  if (pid < 0) return 127;
+  if (pid == 0) {
+    FILE* f = std::fopen(log.c_str(), "a");
+    if (f) {
+      dup2(fileno(f), 1);
+      dup2(fileno(f), 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The number after "key": in a flat JSON object (our own report format); NaN when absent/null.
+double JsonNumber(const std::string& json, const std::string& key, size_t from = 0) {
+  size_t p = json.find("\"" + key + "\": ", from);
+  if (p == std::string::npos) return std::nan("");
+  const char* s = json.c_str() + p + key.size() + 4;
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  return end == s ? std::nan("") : v;
+}
+
+std::string JsonString(const std::string& json, const std::string& key) {
+  size_t p = json.find("\"" + key + "\": \"");
+  if (p == std::string::npos) return "";
+  p += key.size() + 5;
+  size_t e = json.find('"', p);
+  return e == std::string::npos ? "" : json.substr(p, e - p);
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string Dir(const std::string& path) {
+  size_t p = path.rfind('/');
+  return p == std::string::npos ? "." : path.substr(0, p);
+}
+
+struct CaseResult {
+  int gpus = 1;
+  int batch = 0;
+  double cache = 0;
+  std::vector<double> samples_per_sec;  // per run
+  std::string median_json;              // report of the median run
+  bool ok = true;
+  std::string failure;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::string Num(double v, const char* fmt) {
+  if (!std::isfinite(v)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"osprey bench dlrm: GPU DLRM training through Osprey vs an all-on-GPU PyTorch reference"};
+  std::string config = "configs/bench-dlrm-kaggle.yaml";
+  std::string batches = "2048,16384", caches = "1.0,0.1", gpus = "1";
+  int steps = 200, runs = 3, servers = 4;
+  std::string reference = "bench/reference/dlrm_torch.py", json_path, bin_dir, work_dir = "/tmp/osprey-bench-dlrm";
+  std::vector<std::string> sets;
+  app.add_option("--config", config, "job config of the benchmark");
+  app.add_option("--batches", batches, "comma-separated batch sizes");
+  app.add_option("--cache", caches, "comma-separated cache capacity fractions (0: no reuse)");
+  app.add_option("--gpus", gpus, "comma-separated GPU worker counts");
+  app.add_option("--steps", steps, "training steps per run")->check(CLI::Range(10, 1000000));
+  app.add_option("--runs", runs, "runs per case (median reported)")->check(CLI::Range(1, 100));
+  app.add_option("--servers", servers, "server processes")->check(CLI::Range(1, 256));
+  app.add_option("--reference", reference, "PyTorch reference script ('' to skip)");
+  app.add_option("--json", json_path, "write the results as JSON records here");
+  app.add_option("--bin-dir", bin_dir, "where osprey and its binaries are (default: next to this one)");
+  app.add_option("--work-dir", work_dir, "logs and reports of every run go under here");
+  app.add_option("--set", sets, "extra key=value overrides for every case");
+  CLI11_PARSE(app, argc, argv);
+  if (bin_dir.empty()) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    bin_dir = n > 0 ? Dir(std::string(self, n)) : ".";
+  }
+  if (access(config.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "osprey bench dlrm: config '%s' cannot be read (run from the repository root or pass --config)\n",
+                 config.c_str());
+    return 2;
+  }
+  std::vector<int> batch_list, gpu_list;
+  std::vector<double> cache_list;
+  try {
+    for (const auto& b : Split(batches)) batch_list.push_back(std::stoi(b));
+    for (const auto& g : Split(gpus)) gpu_list.push_back(std::stoi(g));
+    for (const auto& c : Split(caches)) cache_list.push_back(std::stod(c));
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "osprey bench dlrm: --batches, --gpus and --cache take comma-separated numbers\n");
+    return 2;
+  }
+  if (batch_list.empty() || gpu_list.empty() || cache_list.empty()) {
+    std::fprintf(stderr, "osprey bench dlrm: --batches, --gpus and --cache need at least one value\n");
+    return 2;
+  }
+  RunProcess({"mkdir", "-p", work_dir}, "/dev/null");
+
+  // The reference, once per batch size.
+  std::map<int, double> ref;
+  std::map<int, std::string> ref_note;
+  for (int b : batch_list) {
+    if (reference.empty() || access(reference.c_str(), R_OK) != 0) {
+      ref_note[b] = reference.empty() ? "skipped" : "no script";
+      continue;
+    }
+    std::string out = work_dir + "/reference-" + std::to_string(b) + ".json";
+    std::string log = work_dir + "/reference-" + std::to_string(b) + ".log";
+    std::remove(out.c_str());
+    std::fprintf(stderr, "reference: batch %d ...\n", b);
+    int rc = RunProcess({"python3", reference, "--batch", std::to_string(b), "--json", out}, log);
+    double v = JsonNumber(ReadFile(out), "samples_per_sec");
+    if (rc != 0 || !std::isfinite(v)) {
+      ref_note[b] = "failed (see " + log + ")";
+      continue;
+    }
+    ref[b] = v;
+  }
+
+  std::vector<CaseResult> results;
+  bool all_ok = true;
+  for (int g : gpu_list) {
+    for (int b : batch_list) {
+      for (double c : cache_list) {
+        CaseResult r;
+        r.gpus = g;
+        r.batch = b;
+        r.cache = c;
+        std::vector<std::pair<double, std::string>> reports;
+        for (int run = 0; run < runs && r.ok; ++run) {
+          char name[128];
+          std::snprintf(name, sizeof(name), "g%d-b%d-c%g-r%d", g, b, c, run);
+          std::string dir = work_dir + "/" + name;
+          std::string report = dir + ".json";
+          std::remove(report.c_str());
+          std::vector<std::string> cmd = {bin_dir + "/osprey", "launch", config, "--quiet", "--log-dir", dir,
+                                          "--report-json", report, "--bin-dir", bin_dir};
+          std::vector<std::string> case_sets = {
+              "cluster.workers=" + std::to_string(g), "cluster.servers=" + std::to_string(servers),
+              "train.batch_size=" + std::to_string(b), "train.steps=" + std::to_string(steps),
+              "worker.cache.capacity_fraction=" + std::to_string(c), "worker.cache.capacity_rows=0"};
+          case_sets.insert(case_sets.end(), sets.begin(), sets.end());
+          for (const auto& s : case_sets) {
+            cmd.push_back("--set");
+            cmd.push_back(s);
+          }
+          std::fprintf(stderr, "case %s ...\n", name);
+          int rc = RunProcess(cmd, dir + ".log");
+          std::string json = ReadFile(report);
+          double sps = JsonNumber(json, "samples_per_sec");
+          if (rc != 0 || !std::isfinite(sps)) {
+            r.ok = false;
+            r.failure = "exit " + std::to_string(rc) + ", see " + dir + ".log and " + dir + "/";
+            all_ok = false;
+            break;
+          }
+          r.samples_per_sec.push_back(sps);
+          reports.emplace_back(sps, json);
+        }
+        if (r.ok && !reports.empty()) {
+          std::sort(reports.begin(), reports.end());
+          r.median_json = reports[reports.size() / 2].second;
+        }
+        results.push_back(r);
+      }
+    }
+  }
+
+  // The table.
+  std::printf("\nosprey bench dlrm: %s, %d steps per run, median of %d runs, %d servers\n", config.c_str(), steps,
+              runs, servers);
+  std::printf("%-5s %-6s %-6s %12s %9s %8s %8s %8s %8s %8s %9s %s\n", "gpus", "batch", "cache", "samples/s",
+              "vs ref", "wait%", "compute%", "push%", "nccl%", "hit%", "B/sample", "device");
+  for (const auto& [b, v] : ref) {
+    std::printf("%-5s %-6d %-6s %12.0f %9s   PyTorch reference, all tables on the GPU\n", "ref", b, "all", v, "100%");
+  }
+  for (const auto& [b, note] : ref_note) std::printf("%-5s %-6d reference %s\n", "ref", b, note.c_str());
+  std::string records;
+  for (const auto& r : results) {
+    if (!r.ok) {
+      std::printf("%-5d %-6d %-6g FAILED: %s\n", r.gpus, r.batch, r.cache, r.failure.c_str());
+      continue;
+    }
+    const std::string& j = r.median_json;
+    double med = Median(r.samples_per_sec);
+    double wait = JsonNumber(j, "time_wait_input"), comp = JsonNumber(j, "time_compute");
+    double push = JsonNumber(j, "time_push"), nccl = JsonNumber(j, "time_nccl");
+    double total = wait + comp + push + nccl;
+    auto pct = [&](double v) { return total > 0 ? Num(100 * v / total, "%.0f") : std::string("n/a"); };
+    double vs = ref.count(r.batch) ? med / ref[r.batch] : std::nan("");
+    std::printf("%-5d %-6d %-6g %12.0f %9s %8s %8s %8s %8s %8s %9s %s\n", r.gpus, r.batch, r.cache, med,
+                Num(100 * vs, "%.0f%%").c_str(), pct(wait).c_str(), pct(comp).c_str(), pct(push).c_str(),
+                pct(nccl).c_str(), Num(100 * JsonNumber(j, "cache_hit_rate"), "%.1f").c_str(),
+                Num(JsonNumber(j, "bytes_per_sample"), "%.0f").c_str(), JsonString(j, "device").c_str());
+    std::string runs_list;
+    for (double v : r.samples_per_sec) runs_list += (runs_list.empty() ? "" : ", ") + Num(v, "%.0f");
+    char rec[1024];
+    std::snprintf(rec, sizeof(rec),
+                  "  {\"case\": \"osprey\", \"gpus\": %d, \"batch\": %d, \"cache_fraction\": %g, "
+                  "\"samples_per_sec\": %s, \"runs\": [%s], \"reference_samples_per_sec\": %s, "
+                  "\"time_wait_input\": %s, \"time_compute\": %s, \"time_push\": %s, \"time_nccl\": %s, "
+                  "\"prefetch_read\": %s, \"prefetch_dedupe\": %s, \"prefetch_cache\": %s, \"prefetch_pull\": %s, "
+                  "\"cache_hit_rate\": %s, \"bytes_per_sample\": %s, \"device\": \"%s\"}",
+                  r.gpus, r.batch, r.cache, Num(med, "%.0f").c_str(), runs_list.c_str(),
+                  ref.count(r.batch) ? Num(ref[r.batch], "%.0f").c_str() : "null", Num(wait, "%.3f").c_str(),
+                  Num(comp, "%.3f").c_str(), Num(push, "%.3f").c_str(), Num(nccl, "%.3f").c_str(),
+                  Num(JsonNumber(j, "prefetch_read"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "prefetch_dedupe"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "prefetch_cache"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "prefetch_pull"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "cache_hit_rate"), "%.4f").c_str(),
+                  Num(JsonNumber(j, "bytes_per_sample"), "%.1f").c_str(), JsonString(j, "device").c_str());
+    records += (records.empty() ? "" : ",\n") + std::string(rec);
+  }
+  for (const auto& [b, v] : ref) {
+    char rec[256];
+    std::snprintf(rec, sizeof(rec), "  {\"case\": \"torch_reference\", \"batch\": %d, \"samples_per_sec\": %.0f}", b, v);
+    records += (records.empty() ? "" : ",\n") + std::string(rec);
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << "[\n" << records << "\n]\n";
+    if (!out) {
+      std::fprintf(stderr, "osprey bench dlrm: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
+  return all_ok ? 0 : 1;
+}

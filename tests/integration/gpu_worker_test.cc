@@ -1,0 +1,160 @@
+// The GPU worker through the real binaries (`osprey launch`, separate processes): it must learn
+// what the CPU worker learns from the same samples, its row cache with staleness bound 0 must be
+// the uncached run, a cache with a bound must hit and still converge, and bad GPU settings must
+// fail with a message naming the problem. Tests that need a GPU skip when the worker reports that
+// none is visible (or that it was built without CUDA); `worker.device: auto` must work everywhere.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+std::string BinDir() {
+  const char* d = std::getenv("OSPREY_BIN_DIR");
+  return d ? d : "build/bin";
+}
+
+std::string SourceDir() {
+  const char* d = std::getenv("OSPREY_SOURCE_DIR");
+  return d ? d : ".";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double JsonNumber(const std::string& json, const std::string& key) {
+  std::smatch m;
+  std::regex re("\"" + key + "\"\\s*:\\s*([-+0-9.eE]+)");
+  if (!std::regex_search(json, m, re)) return std::nan("");
+  return std::stod(m[1]);
+}
+
+struct Launch {
+  int rc = -1;
+  std::string json;    // --report-json
+  std::string output;  // launcher stdout + stderr
+  std::string logs;    // log dir
+  std::string worker0;  // worker-0.log
+};
+
+// One job of configs/local.yaml with 1 worker and the given extra --set flags.
+Launch LaunchJob(const std::string& name, const std::string& sets) {
+  Launch l;
+  l.logs = ::testing::TempDir() + "/gpu-worker-" + name;
+  std::string report = l.logs + ".json", out = l.logs + ".out";
+  std::remove(report.c_str());
+  std::string cmd = BinDir() + "/osprey launch " + SourceDir() + "/configs/local.yaml --quiet --log-dir " + l.logs +
+                    " --report-json " + report + " --set cluster.workers=1 " + sets + " > " + out + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  l.rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  l.json = ReadFile(report);
+  l.output = ReadFile(out);
+  l.worker0 = ReadFile(l.logs + "/worker-0.log");
+  return l;
+}
+
+bool NoGpu(const Launch& l) {
+  return l.worker0.find("no CUDA device is visible") != std::string::npos ||
+         l.worker0.find("built without CUDA") != std::string::npos;
+}
+
+#define SKIP_WITHOUT_GPU(launch)                                                      \
+  if (NoGpu(launch)) GTEST_SKIP() << "no usable GPU here: " << (launch).logs;         \
+  ASSERT_EQ((launch).rc, 0) << (launch).output << "\n" << (launch).worker0
+
+const char* kBsp = " --set tables.0.consistency.mode=bsp --set tables.1.consistency.mode=bsp";
+
+TEST(GpuWorkerTest, ReachesTheCpuWorkersAucOnTheSameSamples) {
+  Launch gpu = LaunchJob("gpu-bsp", std::string(kBsp) + " --set worker.device=cuda");
+  SKIP_WITHOUT_GPU(gpu);
+  Launch cpu = LaunchJob("cpu-bsp", std::string(kBsp) + " --set worker.device=cpu");
+  ASSERT_EQ(cpu.rc, 0) << cpu.output;
+  EXPECT_NE(gpu.json.find("\"device\": \"cuda:"), std::string::npos) << gpu.json;
+  EXPECT_EQ(JsonNumber(gpu.json, "steps"), JsonNumber(cpu.json, "steps"));
+  double a_gpu = JsonNumber(gpu.json, "auc"), a_cpu = JsonNumber(cpu.json, "auc");
+  EXPECT_NEAR(a_gpu, a_cpu, 0.002) << "gpu " << gpu.json << "\ncpu " << cpu.json;
+  EXPECT_GT(a_gpu, 0.9 * JsonNumber(gpu.json, "oracle_auc"));
+}
+
+TEST(GpuWorkerTest, CacheWithStalenessBoundZeroIsTheUncachedRun) {
+  Launch plain = LaunchJob("gpu-nocache", std::string(kBsp) + " --set worker.device=cuda");
+  SKIP_WITHOUT_GPU(plain);
+  // A cache of 10% of the key space with bound 0: slots and evictions change, values must not.
+  Launch cached = LaunchJob("gpu-cache0", std::string(kBsp) +
+                                        " --set worker.device=cuda --set worker.cache.capacity_fraction=0.1"
+                                        " --set worker.cache.staleness_bound=0");
+  ASSERT_EQ(cached.rc, 0) << cached.output << cached.worker0;
+  EXPECT_EQ(JsonNumber(cached.json, "cache_hits"), 0) << cached.json;
+  EXPECT_EQ(JsonNumber(cached.json, "rows_pulled"), JsonNumber(plain.json, "rows_pulled"));
+  EXPECT_GT(JsonNumber(cached.json, "cache_evictions"), 0) << "the cache was large enough to never evict";
+  // Row gradients are summed with atomics on the GPU (order not fixed), so runs differ in the
+  // last bits; the models must agree far tighter than any real change would.
+  EXPECT_NEAR(JsonNumber(cached.json, "auc"), JsonNumber(plain.json, "auc"), 0.001);
+  EXPECT_NEAR(JsonNumber(cached.json, "logloss"), JsonNumber(plain.json, "logloss"), 0.001);
+}
+
+TEST(GpuWorkerTest, CacheWithBoundHitsEvictsAndConverges) {
+  Launch plain = LaunchJob("gpu-async", " --set worker.device=cuda");
+  SKIP_WITHOUT_GPU(plain);
+  Launch cached = LaunchJob("gpu-async-cache", " --set worker.device=cuda --set worker.cache.capacity_rows=20000"
+                                         " --set worker.cache.staleness_bound=4");
+  ASSERT_EQ(cached.rc, 0) << cached.output << cached.worker0;
+  EXPECT_GT(JsonNumber(cached.json, "cache_hit_rate"), 0.3) << cached.json;
+  EXPECT_GT(JsonNumber(cached.json, "cache_evictions"), 0) << cached.json;
+  EXPECT_LT(JsonNumber(cached.json, "rows_pulled"), 0.7 * JsonNumber(plain.json, "rows_pulled"));
+  EXPECT_NEAR(JsonNumber(cached.json, "auc"), JsonNumber(plain.json, "auc"), 0.01) << cached.json;
+}
+
+TEST(GpuWorkerTest, PrefetchOffGivesTheSameModelInBsp) {
+  Launch on = LaunchJob("gpu-prefetch-on", std::string(kBsp) + " --set worker.device=cuda");
+  SKIP_WITHOUT_GPU(on);
+  Launch off = LaunchJob("gpu-prefetch-off", std::string(kBsp) + " --set worker.device=cuda --set worker.prefetch=false");
+  ASSERT_EQ(off.rc, 0) << off.output << off.worker0;
+  EXPECT_NEAR(JsonNumber(on.json, "auc"), JsonNumber(off.json, "auc"), 0.001);
+  EXPECT_EQ(JsonNumber(on.json, "rows_pulled"), JsonNumber(off.json, "rows_pulled"));
+}
+
+TEST(GpuWorkerTest, BadGpuSettingsFailWithAClearMessage) {
+  Launch probe = LaunchJob("gpu-probe", " --set worker.device=cuda --set train.steps=5 --set train.eval_samples=0");
+  SKIP_WITHOUT_GPU(probe);
+  Launch missing = LaunchJob("gpu-missing", " --set worker.device=cuda --set worker.gpu=1000 --set train.steps=5");
+  EXPECT_NE(missing.rc, 0);
+  EXPECT_NE(missing.worker0.find("worker.gpu: device 1000 does not exist"), std::string::npos) << missing.worker0;
+  // 2^31 - 1 rows of 16 floats = 128 GiB: more than any GPU here has free.
+  Launch huge = LaunchJob("gpu-huge-cache", " --set worker.device=cuda --set worker.cache.capacity_rows=2147483647"
+                                      " --set train.steps=5");
+  EXPECT_NE(huge.rc, 0);
+  EXPECT_NE(huge.worker0.find("worker.cache: 2147483647 rows x 16 floats"), std::string::npos) << huge.worker0;
+}
+
+// Runs everywhere: with a GPU it trains there, without one it says so and trains on the CPU.
+TEST(GpuWorkerTest, DeviceAutoTrainsWithOrWithoutAGpu) {
+  Launch l = LaunchJob("auto", " --set worker.device=auto --set train.steps=300");
+  ASSERT_EQ(l.rc, 0) << l.output << l.worker0;
+  bool on_gpu = l.json.find("\"device\": \"cuda:") != std::string::npos;
+  if (!on_gpu) {
+    EXPECT_NE(l.worker0.find("training on the CPU"), std::string::npos) << l.worker0;
+    EXPECT_NE(l.json.find("\"device\": \"cpu\""), std::string::npos) << l.json;
+  }
+  EXPECT_GT(JsonNumber(l.json, "auc"), 0.7) << l.json;
+}
+
+// A build or machine without a GPU must refuse device cuda, naming why, before training.
+TEST(GpuWorkerTest, DeviceCudaWithoutAGpuIsAClearError) {
+  Launch l = LaunchJob("cuda-nogpu", " --set worker.device=cuda --set train.steps=5 --set train.eval_samples=0");
+  if (!NoGpu(l)) GTEST_SKIP() << "this machine has a usable GPU";
+  EXPECT_NE(l.rc, 0);
+  EXPECT_NE(l.worker0.find("worker.device cuda: "), std::string::npos) << l.worker0;
+}
+
+}  // namespace

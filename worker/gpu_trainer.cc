@@ -1,0 +1,720 @@
+// The GPU training loop (see gpu_trainer.h for what it does and its ordering rules).
+#include "worker/gpu_trainer.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/logging.h"
+#include "worker/cache/row_cache.h"
+#include "worker/cuda/dlrm/gpu_dlrm.h"
+#include "worker/cuda/sparse/sparse_kernels.h"
+#include "worker/data/metrics.h"
+#include "worker/data/synthetic.h"
+#include "worker/models/dlrm.h"
+
+namespace osprey::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::OK();
+  (void)cudaGetLastError();  // clear a sticky launch error so it is not blamed on the next call
+  std::string m = std::string(what) + ": " + cudaGetErrorString(e);
+  if (e == cudaErrorMemoryAllocation) return ResourceExhausted(m);
+  return Internal(m);
+}
+#define OSPREY_CUDA(expr) OSPREY_RETURN_IF_ERROR(CudaStatus((expr), #expr))
+
+// Device array owned by the loop; freed on destruction.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (p_) cudaFree(p_);
+  }
+  Status Allocate(size_t n, const char* what) {
+    Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)), what);
+    n_ = s.ok() ? n : 0;
+    return s;
+  }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Page-locked host array (fast, asynchronous copies); freed on destruction.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  ~PinnedArray() {
+    if (p_) cudaFreeHost(p_);
+  }
+  Status Allocate(size_t n, const char* what) {
+    return CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)), what);
+  }
+  T* get() const { return p_; }
+  T& operator[](size_t i) const { return p_[i]; }
+
+ private:
+  T* p_ = nullptr;
+};
+
+// Batches of steps 0, 1, 2, ... made ahead of time. Synthetic data: `threads` generators of the
+// worker's stream, generator j making steps j, j + threads, ... (batch t is samples
+// [t*B, (t+1)*B), as in the CPU loop). Other sources: one thread over the DataSource.
+class BatchReader {
+ public:
+  BatchReader(const config::JobConfig& job, int rank, int num_workers, int threads)
+      : job_(job), rank_(rank), num_workers_(num_workers),
+        threads_(job.data.source == "synthetic" ? threads : 1), slots_(2 * threads_) {}
+
+  ~BatchReader() { Stop(); }
+
+  void Start() {
+    for (int j = 0; j < threads_; ++j) workers_.emplace_back([this, j] { Produce(j); });
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  // The batch of `step` (taken in order 0, 1, 2, ...), swapped into *out. OutOfRange when a
+  // finite source ended.
+  Status Take(int64_t step, data::Batch* out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Slot& slot = slots_[step % slots_.size()];
+    cv_.wait(lock, [&] { return slot.step == step || stop_; });
+    if (slot.step != step) return Aborted("batch reader stopped");
+    std::swap(*out, slot.batch);
+    Status s = slot.status;
+    slot.step = -1;
+    next_take_ = step + 1;
+    cv_.notify_all();
+    return s;
+  }
+
+ private:
+  struct Slot {
+    int64_t step = -1;  // the step whose batch the slot holds; -1: empty
+    data::Batch batch;
+    Status status;
+  };
+
+  void Produce(int j) {
+    std::unique_ptr<data::SyntheticGenerator> gen;
+    std::unique_ptr<DataSource> source;
+    Status status;
+    if (job_.data.source == "synthetic") {
+      auto g = data::SyntheticGenerator::Make(job_.data.synthetic, static_cast<uint64_t>(rank_));
+      if (g.ok()) gen = std::move(*g); else status = g.status();
+    } else {
+      auto src = MakeDataSource(job_, rank_, num_workers_, /*train=*/true);
+      if (src.ok()) source = std::move(*src); else status = src.status();
+    }
+    const int b = job_.train.batch_size;
+    data::Batch batch;
+    for (int64_t t = j; ; t += threads_) {
+      if (status.ok()) {
+        if (gen) {
+          gen->SeekToSample(static_cast<uint64_t>(t) * b);
+          gen->NextBatch(b, &batch);
+        } else {
+          status = source->Next(b, &batch);
+          if (status.ok() && batch.size == 0) status = OutOfRange("training data ended");
+        }
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || t < next_take_ + static_cast<int64_t>(slots_.size()); });
+      if (stop_) return;
+      Slot& slot = slots_[t % slots_.size()];
+      std::swap(slot.batch, batch);
+      slot.status = status;
+      slot.step = t;
+      cv_.notify_all();
+      if (!status.ok()) return;  // the error is delivered at step t; nothing after it
+    }
+  }
+
+  const config::JobConfig& job_;
+  const int rank_, num_workers_, threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;     // GUARDED_BY(mu_)
+  int64_t next_take_ = 0;       // GUARDED_BY(mu_)
+  bool stop_ = false;           // GUARDED_BY(mu_)
+  std::vector<std::thread> workers_;
+};
+
+// Everything one step needs on the device, prepared by the prefetch side. Two of them alternate.
+struct StepInput {
+  int64_t step = -1;
+  int batch = 0;
+  int num_unique = 0;
+  uint64_t sparse_version = 0;  // client's table versions after this step's pulls
+  uint64_t dense_version = 0;
+  data::Batch host;
+  PinnedArray<uint64_t> h_ids, h_unique;
+  PinnedArray<float> h_dense, h_labels, h_params;
+  PinnedArray<int32_t> h_slots, h_count;
+  DeviceArray<uint64_t> d_ids, d_unique;
+  DeviceArray<int32_t> d_row_index, d_slots, d_count;
+  DeviceArray<float> d_dense, d_labels, d_params;
+  // The cache misses of this step: planned by the planner stage, pulled by the puller stage.
+  std::vector<uint64_t> miss_keys;
+  std::vector<int32_t> miss_slots;
+  PinnedArray<float> h_miss_rows;
+  PinnedArray<int32_t> h_miss_slots;
+  DeviceArray<float> d_miss_rows;
+  DeviceArray<int32_t> d_miss_slots;
+  cudaEvent_t ready = nullptr;     // the pull stream reached the end of the step's preparation
+  cudaEvent_t gathered = nullptr;  // compute stream finished reading this step's cache slots
+};
+
+// Steps in flight: the planner works on t+2 while the puller works on t+1 and the main thread
+// computes t. Also the cache's pinned_steps.
+constexpr int kRing = 3;
+
+class GpuTrainer final : public TrainLoop {
+ public:
+  GpuTrainer(const config::JobConfig& job, int rank, int num_workers, Client* client, int device)
+      : job_(job), rank_(rank), num_workers_(num_workers), client_(client), device_(device) {}
+
+  ~GpuTrainer() override {
+    StopPrefetch();
+    if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
+    cudaSetDevice(device_);
+    if (plan_stream_) cudaStreamSynchronize(plan_stream_);
+    if (pull_stream_) cudaStreamSynchronize(pull_stream_);
+    if (compute_stream_) cudaStreamSynchronize(compute_stream_);
+    for (auto& in : inputs_) {
+      if (in.ready) cudaEventDestroy(in.ready);
+      if (in.gathered) cudaEventDestroy(in.gathered);
+    }
+    if (plan_stream_) cudaStreamDestroy(plan_stream_);
+    if (pull_stream_) cudaStreamDestroy(pull_stream_);
+    if (compute_stream_) cudaStreamDestroy(compute_stream_);
+  }
+
+  Status Init() override;
+  Status Run(const std::function<void(const Progress&)>& on_log) override;
+  StatusOr<EvalResult> Evaluate() override;
+
+  Progress progress() const override {
+    Progress p;
+    p.step = step_.load();
+    p.samples = samples_.load();
+    p.loss = loss_.load();
+    return p;
+  }
+  double train_seconds() const override { return train_seconds_; }
+
+  void FillReport(proto::WorkerReport* report) const override {
+    FillStepReport(compressor_ ? compressor_->stats() : CompressionStats{}, times_, report);
+    if (cache_) {
+      RowCacheStats cs = cache_->stats();
+      report->set_cache_lookups(cs.lookups);
+      report->set_cache_hits(cs.hits);
+      report->set_cache_evictions(cs.evictions);
+    }
+    report->set_rows_pulled(rows_pulled_);
+    report->set_device(device_name_);
+  }
+
+ private:
+  // The two prefetch stages of a step, in order; PlanStep on the planner thread, PullStep on the
+  // puller thread (both inline on the main thread without prefetch).
+  Status PlanStep(int64_t step, StepInput* in);
+  Status PullStep(int64_t step, StepInput* in);
+  Status Compute(StepInput* in);
+  void PlannerLoop(int64_t steps);
+  void PullerLoop(int64_t steps);
+  // Records a prefetch stage's failure for the main thread (the first one wins).
+  void FailPrefetch(const Status& s);
+  void StopPrefetch();
+  Status WaitPushes();
+
+  const config::JobConfig& job_;
+  const int rank_, num_workers_;
+  Client* client_;
+  const int device_;
+  std::string device_name_;
+  std::unique_ptr<cuda::GpuDlrm> model_;
+  std::unique_ptr<models::Dlrm> cpu_model_;  // InitDense, sizes
+  std::unique_ptr<DenseCompressor> compressor_;
+  std::unique_ptr<RowCache> cache_;
+  std::unique_ptr<BatchReader> reader_;
+  uint32_t sparse_table_ = 0, dense_table_ = 0;
+  int dim_ = 0, num_sparse_ = 0, num_dense_features_ = 0, max_batch_ = 0;
+  size_t num_params_ = 0, max_ids_ = 0;
+  bool gate_pulls_ = false;  // bsp/ssp: a step's pulls wait until the previous step's pushes are sent
+
+  cudaStream_t plan_stream_ = nullptr, pull_stream_ = nullptr, compute_stream_ = nullptr;
+  DeviceArray<float> d_cache_;
+  DeviceArray<unsigned char> d_workspace_;
+  size_t workspace_bytes_ = 0;
+  // Compute side.
+  DeviceArray<float> d_rows_, d_row_grad_, d_dense_grad_, d_probs_, d_loss_;
+  PinnedArray<float> h_row_grad_, h_dense_grad_, h_loss_;
+  std::vector<Ticket> push_tickets_;
+
+  // The two alternating step inputs and the hand-over between the prefetch thread and the main
+  // thread.
+  StepInput inputs_[kRing];
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t planned_through_ = -1;   // GUARDED_BY(mu_) PlanStep done for steps <= this
+  int64_t prepared_through_ = -1;  // GUARDED_BY(mu_) inputs of steps <= this are ready
+  Status prefetch_status_;         // GUARDED_BY(mu_) first prefetch error
+  int64_t released_through_ = -1;  // GUARDED_BY(mu_) main finished with the inputs of steps <= this
+  int64_t gathered_through_ = -1;  // GUARDED_BY(mu_) gathers of steps <= this are enqueued
+  int64_t pushed_through_ = -1;    // GUARDED_BY(mu_) pushes of steps <= this are sent
+  bool stop_ = false;              // GUARDED_BY(mu_)
+  std::thread planner_, puller_;
+
+  std::atomic<int64_t> step_{0};
+  std::atomic<uint64_t> samples_{0};
+  std::atomic<double> loss_{0};
+  double train_seconds_ = 0;
+  StepTimes times_;           // wait_input/compute/push: main thread; the rest: prefetch side
+  uint64_t rows_pulled_ = 0;  // prefetch side
+};
+
+Status GpuTrainer::Init() {
+  if (job_.model.model.type != "dlrm") {
+    return InvalidArgument("worker.device: the GPU loop trains model.type dlrm, not '" + job_.model.model.type + "'");
+  }
+  OSPREY_ASSIGN_OR_RETURN(cpu_model_, models::Dlrm::Make(job_.model.model.dlrm));
+  OSPREY_ASSIGN_OR_RETURN(sparse_table_, client_->TableId(job_.model.sparse_table));
+  OSPREY_ASSIGN_OR_RETURN(dense_table_, client_->TableId(job_.model.dense_table));
+  dim_ = cpu_model_->embedding_dim();
+  num_sparse_ = cpu_model_->num_sparse_features();
+  num_dense_features_ = cpu_model_->num_dense_features();
+  num_params_ = cpu_model_->num_dense_params();
+  max_batch_ = job_.train.batch_size;
+  max_ids_ = static_cast<size_t>(max_batch_) * num_sparse_;
+
+  const config::TableConfig& sparse = job_.tables[job_.TableIndex(job_.model.sparse_table)];
+  const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
+  gate_pulls_ = sparse.consistency.mode != "async" || dense.consistency.mode != "async";
+
+  // The cache's size and staleness bound (gpu_trainer.h).
+  const config::WorkerCacheConfig& cc = job_.worker.cache;
+  RowCacheOptions copt;
+  copt.pinned_steps = kRing;
+  uint64_t key_space = 0;
+  for (uint64_t c : job_.data.synthetic.cardinalities) key_space += c;
+  if (cc.capacity_rows > 0) {
+    copt.capacity_rows = cc.capacity_rows;
+  } else if (cc.capacity_fraction > 0) {
+    if (job_.data.source != "synthetic") {
+      return InvalidArgument("worker.cache.capacity_fraction: the key space of '" + job_.data.source +
+                             "' data is not known; give worker.cache.capacity_rows instead");
+    }
+    copt.capacity_rows = std::max<uint64_t>(1, static_cast<uint64_t>(cc.capacity_fraction * key_space));
+  }
+  if (copt.capacity_rows == 0) {
+    copt.capacity_rows = kRing * max_ids_;  // no reuse: room for the steps in flight
+    copt.staleness_bound = 0;
+  } else if (cc.staleness_bound >= 0) {
+    copt.staleness_bound = cc.staleness_bound;
+  } else {
+    const std::string& mode = sparse.consistency.mode;
+    copt.staleness_bound = mode == "bsp" ? 0 : mode == "ssp" ? sparse.consistency.staleness_bound : 4;
+  }
+
+  OSPREY_CUDA(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  OSPREY_CUDA(cudaGetDeviceProperties(&prop, device_));
+  device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+  size_t free_bytes = 0, total_bytes = 0;
+  OSPREY_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const double cache_bytes = static_cast<double>(copt.capacity_rows) * dim_ * sizeof(float);
+  if (cache_bytes > 0.9 * static_cast<double>(free_bytes)) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "worker.cache: %llu rows x %d floats = %.2f GiB do not fit in the %.2f GiB free on %s",
+                  static_cast<unsigned long long>(copt.capacity_rows), dim_, cache_bytes / (1 << 30),
+                  static_cast<double>(free_bytes) / (1 << 30), device_name_.c_str());
+    return ResourceExhausted(buf);
+  }
+  OSPREY_ASSIGN_OR_RETURN(cache_, RowCache::Make(copt));
+  OSPREY_LOG_INFO("worker {}: training on {}; row cache {} rows ({:.1f} MiB), staleness bound {}, prefetch {}",
+                  rank_, device_name_, copt.capacity_rows, cache_bytes / (1 << 20), copt.staleness_bound,
+                  job_.worker.prefetch ? "on" : "off");
+
+  cuda::GpuDlrmOptions mopt;
+  mopt.tf32 = job_.worker.tf32;
+  OSPREY_ASSIGN_OR_RETURN(model_, cuda::GpuDlrm::Make(job_.model.model.dlrm, device_, max_batch_, mopt));
+  OSPREY_CUDA(cudaStreamCreateWithFlags(&plan_stream_, cudaStreamNonBlocking));
+  OSPREY_CUDA(cudaStreamCreateWithFlags(&pull_stream_, cudaStreamNonBlocking));
+  OSPREY_CUDA(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
+  OSPREY_RETURN_IF_ERROR(d_cache_.Allocate(copt.capacity_rows * dim_, "row cache"));
+  workspace_bytes_ = cuda::DedupeWorkspaceBytes(static_cast<int>(max_ids_));
+  OSPREY_RETURN_IF_ERROR(d_workspace_.Allocate(workspace_bytes_, "dedupe workspace"));
+  const size_t row_floats = max_ids_ * dim_;
+  OSPREY_RETURN_IF_ERROR(d_rows_.Allocate(row_floats, "step rows"));
+  OSPREY_RETURN_IF_ERROR(d_row_grad_.Allocate(row_floats, "row gradients"));
+  OSPREY_RETURN_IF_ERROR(d_dense_grad_.Allocate(num_params_, "dense gradient"));
+  OSPREY_RETURN_IF_ERROR(d_probs_.Allocate(max_batch_, "probabilities"));
+  OSPREY_RETURN_IF_ERROR(d_loss_.Allocate(1, "loss"));
+  OSPREY_RETURN_IF_ERROR(h_row_grad_.Allocate(row_floats, "row gradients"));
+  OSPREY_RETURN_IF_ERROR(h_dense_grad_.Allocate(num_params_, "dense gradient"));
+  OSPREY_RETURN_IF_ERROR(h_loss_.Allocate(1, "loss"));
+  for (StepInput& in : inputs_) {
+    in.miss_keys.reserve(max_ids_);
+    in.miss_slots.reserve(max_ids_);
+    OSPREY_RETURN_IF_ERROR(in.h_miss_rows.Allocate(row_floats, "pulled rows"));
+    OSPREY_RETURN_IF_ERROR(in.h_miss_slots.Allocate(max_ids_, "pulled slots"));
+    OSPREY_RETURN_IF_ERROR(in.d_miss_rows.Allocate(row_floats, "pulled rows"));
+    OSPREY_RETURN_IF_ERROR(in.d_miss_slots.Allocate(max_ids_, "pulled slots"));
+    OSPREY_RETURN_IF_ERROR(in.h_ids.Allocate(max_ids_, "ids"));
+    OSPREY_RETURN_IF_ERROR(in.h_unique.Allocate(max_ids_, "keys"));
+    OSPREY_RETURN_IF_ERROR(in.h_dense.Allocate(static_cast<size_t>(max_batch_) * num_dense_features_, "dense features"));
+    OSPREY_RETURN_IF_ERROR(in.h_labels.Allocate(max_batch_, "labels"));
+    OSPREY_RETURN_IF_ERROR(in.h_params.Allocate(num_params_, "dense parameters"));
+    OSPREY_RETURN_IF_ERROR(in.h_slots.Allocate(max_ids_, "slots"));
+    OSPREY_RETURN_IF_ERROR(in.h_count.Allocate(1, "count"));
+    OSPREY_RETURN_IF_ERROR(in.d_ids.Allocate(max_ids_, "ids"));
+    OSPREY_RETURN_IF_ERROR(in.d_unique.Allocate(max_ids_, "keys"));
+    OSPREY_RETURN_IF_ERROR(in.d_row_index.Allocate(max_ids_, "row index"));
+    OSPREY_RETURN_IF_ERROR(in.d_slots.Allocate(max_ids_, "slots"));
+    OSPREY_RETURN_IF_ERROR(in.d_count.Allocate(1, "count"));
+    OSPREY_RETURN_IF_ERROR(in.d_dense.Allocate(static_cast<size_t>(max_batch_) * num_dense_features_, "dense features"));
+    OSPREY_RETURN_IF_ERROR(in.d_labels.Allocate(max_batch_, "labels"));
+    OSPREY_RETURN_IF_ERROR(in.d_params.Allocate(num_params_, "dense parameters"));
+    OSPREY_CUDA(cudaEventCreateWithFlags(&in.ready, cudaEventDisableTiming));
+    OSPREY_CUDA(cudaEventCreateWithFlags(&in.gathered, cudaEventDisableTiming));
+  }
+
+  int dense_index = job_.TableIndex(job_.model.dense_table);
+  if (job_.tables[dense_index].codec.type != "none") {
+    OSPREY_ASSIGN_OR_RETURN(compressor_, DenseCompressor::Create(job_.tables[dense_index].codec, rank_ + 1));
+    client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
+  }
+  reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, job_.worker.data_threads);
+  std::vector<float> init(num_params_);
+  cpu_model_->InitDense(job_.model.seed, init.data());
+  return client_->Wait(client_->InitDense(dense_table_, init.data()));
+}
+
+// Prefetch stage 1 of step `step`: the batch, its keys deduped on the device, the cache plan.
+// Device work goes to plan_stream_.
+Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
+  auto t0 = Clock::now();
+  OSPREY_RETURN_IF_ERROR(reader_->Take(step, &in->host));
+  times_.read += Since(t0);
+  const data::Batch& b = in->host;
+  if (b.size > max_batch_ || b.num_sparse != num_sparse_ || b.num_dense != num_dense_features_) {
+    return InvalidArgument("step " + std::to_string(step) + ": batch of " + std::to_string(b.size) + " samples with " +
+                           std::to_string(b.num_sparse) + " sparse / " + std::to_string(b.num_dense) +
+                           " dense features does not match the model");
+  }
+  in->step = step;
+  in->batch = b.size;
+  const size_t ids = static_cast<size_t>(b.size) * num_sparse_;
+  auto t1 = Clock::now();
+  std::memcpy(in->h_ids.get(), b.ids.data(), ids * sizeof(uint64_t));
+  std::memcpy(in->h_dense.get(), b.dense.data(), b.dense.size() * sizeof(float));
+  std::memcpy(in->h_labels.get(), b.labels.data(), b.labels.size() * sizeof(float));
+  OSPREY_CUDA(cudaMemcpyAsync(in->d_ids.get(), in->h_ids.get(), ids * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                              plan_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(in->d_dense.get(), in->h_dense.get(), b.dense.size() * sizeof(float),
+                              cudaMemcpyHostToDevice, plan_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(in->d_labels.get(), in->h_labels.get(), b.labels.size() * sizeof(float),
+                              cudaMemcpyHostToDevice, plan_stream_));
+  OSPREY_RETURN_IF_ERROR(cuda::DedupeFeatureKeys(in->d_ids.get(), b.size, num_sparse_, in->d_unique.get(),
+                                                 in->d_row_index.get(), in->d_count.get(), d_workspace_.get(),
+                                                 workspace_bytes_, plan_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(in->h_count.get(), in->d_count.get(), sizeof(int32_t), cudaMemcpyDeviceToHost,
+                              plan_stream_));
+  OSPREY_CUDA(cudaStreamSynchronize(plan_stream_));
+  const int u = in->h_count[0];
+  if (u < 0 || static_cast<size_t>(u) > ids) return Internal("device dedupe returned " + std::to_string(u) + " keys");
+  in->num_unique = u;
+  OSPREY_CUDA(cudaMemcpyAsync(in->h_unique.get(), in->d_unique.get(), u * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                              plan_stream_));
+  // Also orders the copies above before anything the puller or the compute stream does.
+  OSPREY_CUDA(cudaStreamSynchronize(plan_stream_));
+  times_.dedupe += Since(t1);
+
+  auto t2 = Clock::now();
+  OSPREY_RETURN_IF_ERROR(cache_->Plan(step, in->h_unique.get(), u, in->h_slots.get(), &in->miss_keys, &in->miss_slots));
+  times_.cache += Since(t2);
+  return Status::OK();
+}
+
+// Prefetch stage 2 of step `step`: pull the misses and the dense parameters, put the rows into
+// their cache slots. Device work goes to pull_stream_.
+Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
+  // bsp/ssp: this step's pulls must reach the servers after the previous step's pushes.
+  auto t3 = Clock::now();
+  if (gate_pulls_ && step > 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return stop_ || pushed_through_ >= step - 1; });
+    if (stop_) return Aborted("stopped");
+  }
+  const size_t m = in->miss_keys.size();
+  Ticket rows = client_->Pull(sparse_table_, in->miss_keys.data(), m, in->h_miss_rows.get(), step);
+  Ticket dense = client_->PullDense(dense_table_, in->h_params.get(), step);
+  Status s1 = client_->Wait(rows);
+  Status s2 = client_->Wait(dense);
+  // A failed pull fails the run, so the slots it left unfilled are never read.
+  OSPREY_RETURN_IF_ERROR(s1);
+  OSPREY_RETURN_IF_ERROR(s2);
+  in->sparse_version = client_->version(sparse_table_);
+  in->dense_version = client_->version(dense_table_);
+  rows_pulled_ += m;
+  times_.pull += Since(t3);
+
+  // The pulled rows go into their slots only after the previous step's gather read the cache
+  // (a stale row is refreshed in the slot it already had; evicted slots were last used by a step
+  // at least kRing back).
+  if (step > 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return stop_ || gathered_through_ >= step - 1; });
+    if (stop_) return Aborted("stopped");
+    OSPREY_CUDA(cudaStreamWaitEvent(pull_stream_, inputs_[(step - 1) % kRing].gathered, 0));
+  }
+  const int u = in->num_unique;
+  std::memcpy(in->h_miss_slots.get(), in->miss_slots.data(), m * sizeof(int32_t));
+  OSPREY_CUDA(cudaMemcpyAsync(in->d_miss_rows.get(), in->h_miss_rows.get(), m * dim_ * sizeof(float),
+                              cudaMemcpyHostToDevice, pull_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(in->d_miss_slots.get(), in->h_miss_slots.get(), m * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, pull_stream_));
+  OSPREY_RETURN_IF_ERROR(cuda::ScatterRows(in->d_miss_rows.get(), in->d_miss_slots.get(), static_cast<int>(m), dim_,
+                                           d_cache_.get(), pull_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(in->d_slots.get(), in->h_slots.get(), u * sizeof(int32_t), cudaMemcpyHostToDevice,
+                              pull_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(in->d_params.get(), in->h_params.get(), num_params_ * sizeof(float),
+                              cudaMemcpyHostToDevice, pull_stream_));
+  OSPREY_CUDA(cudaEventRecord(in->ready, pull_stream_));
+  return Status::OK();
+}
+
+void GpuTrainer::FailPrefetch(const Status& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (prefetch_status_.ok()) prefetch_status_ = s;
+  cv_.notify_all();
+}
+
+void GpuTrainer::PlannerLoop(int64_t steps) {
+  cudaSetDevice(device_);
+  for (int64_t t = 0; t < steps; ++t) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || released_through_ >= t - kRing; });
+      if (stop_) return;
+    }
+    Status s = PlanStep(t, &inputs_[t % kRing]);
+    if (!s.ok()) return FailPrefetch(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    planned_through_ = t;
+    cv_.notify_all();
+  }
+}
+
+void GpuTrainer::PullerLoop(int64_t steps) {
+  cudaSetDevice(device_);
+  for (int64_t t = 0; t < steps; ++t) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || planned_through_ >= t || !prefetch_status_.ok(); });
+      if (stop_ || planned_through_ < t) return;
+    }
+    Status s = PullStep(t, &inputs_[t % kRing]);
+    if (!s.ok()) return FailPrefetch(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    prepared_through_ = t;
+    cv_.notify_all();
+  }
+}
+
+void GpuTrainer::StopPrefetch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (planner_.joinable()) planner_.join();
+  if (puller_.joinable()) puller_.join();
+  if (reader_) reader_->Stop();
+}
+
+Status GpuTrainer::WaitPushes() {
+  Status first;
+  for (Ticket t : push_tickets_) {
+    Status s = client_->Wait(t);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  push_tickets_.clear();
+  return first;
+}
+
+// The main-thread part of a step whose inputs are ready: gather, forward/backward, gradients
+// back to the host, pushes.
+Status GpuTrainer::Compute(StepInput* in) {
+  auto t0 = Clock::now();
+  const int u = in->num_unique;
+  OSPREY_CUDA(cudaStreamWaitEvent(compute_stream_, in->ready, 0));
+  OSPREY_RETURN_IF_ERROR(cuda::GatherRows(d_cache_.get(), in->d_slots.get(), u, dim_, d_rows_.get(), compute_stream_));
+  OSPREY_CUDA(cudaEventRecord(in->gathered, compute_stream_));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gathered_through_ = in->step;
+  }
+  cv_.notify_all();
+  OSPREY_RETURN_IF_ERROR(model_->ForwardBackward(in->d_params.get(), d_rows_.get(), u, in->d_row_index.get(),
+                                                 in->d_dense.get(), in->d_labels.get(), in->batch,
+                                                 d_dense_grad_.get(), d_row_grad_.get(), d_probs_.get(),
+                                                 d_loss_.get(), compute_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(h_row_grad_.get(), d_row_grad_.get(), static_cast<size_t>(u) * dim_ * sizeof(float),
+                              cudaMemcpyDeviceToHost, compute_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_.get(), d_dense_grad_.get(), num_params_ * sizeof(float),
+                              cudaMemcpyDeviceToHost, compute_stream_));
+  OSPREY_CUDA(cudaMemcpyAsync(h_loss_.get(), d_loss_.get(), sizeof(float), cudaMemcpyDeviceToHost, compute_stream_));
+  OSPREY_CUDA(cudaStreamSynchronize(compute_stream_));
+  times_.compute += Since(t0);
+  const float loss = h_loss_[0];
+  if (!std::isfinite(loss)) return Internal("step " + std::to_string(in->step) + ": loss is not finite");
+
+  auto t1 = Clock::now();
+  OSPREY_RETURN_IF_ERROR(WaitPushes());
+  // The client copies keys and gradients into its frames before returning, so the pinned
+  // buffers are free again when these calls return.
+  push_tickets_.push_back(client_->Push(sparse_table_, in->h_unique.get(), u, h_row_grad_.get(), in->step,
+                                        in->sparse_version));
+  push_tickets_.push_back(client_->PushDense(dense_table_, h_dense_grad_.get(), in->step, in->dense_version));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pushed_through_ = in->step;
+    released_through_ = in->step;
+  }
+  cv_.notify_all();
+  times_.push += Since(t1);
+
+  double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
+  loss_.store(avg);
+  samples_.fetch_add(in->batch);
+  step_.fetch_add(1);
+  return Status::OK();
+}
+
+Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
+  OSPREY_CUDA(cudaSetDevice(device_));
+  auto start = Clock::now();
+  const int64_t steps = job_.train.steps;
+  reader_->Start();
+  const bool prefetch = job_.worker.prefetch;
+  if (prefetch) {
+    planner_ = std::thread([this, steps] { PlannerLoop(steps); });
+    puller_ = std::thread([this, steps] { PullerLoop(steps); });
+  }
+  Status status;
+  for (int64_t t = 0; t < steps; ++t) {
+    StepInput* in = &inputs_[t % kRing];
+    auto t0 = Clock::now();
+    if (prefetch) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return prepared_through_ >= t || !prefetch_status_.ok(); });
+      if (prepared_through_ < t) status = prefetch_status_;
+    } else {
+      status = PlanStep(t, in);
+      if (status.ok()) status = PullStep(t, in);
+    }
+    times_.wait_input += Since(t0);
+    if (status.code() == StatusCode::kOutOfRange) {
+      status = Status::OK();
+      break;
+    }
+    if (!status.ok()) break;
+    status = Compute(in);
+    if (!status.ok()) break;
+    if (on_log && (t + 1) % job_.train.log_every_steps == 0) on_log(progress());
+  }
+  StopPrefetch();
+  Status pushes = WaitPushes();
+  train_seconds_ = Since(start);
+  OSPREY_RETURN_IF_ERROR(status);
+  return pushes;
+}
+
+StatusOr<EvalResult> GpuTrainer::Evaluate() {
+  OSPREY_ASSIGN_OR_RETURN(auto eval, MakeDataSource(job_, rank_, num_workers_, /*train=*/false));
+  std::vector<float> params(num_params_);
+  OSPREY_RETURN_IF_ERROR(client_->Wait(client_->PullDense(dense_table_, params.data())));
+  std::vector<float> probs, labels, oracle, batch_probs, rows;
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> row_index;
+  data::Batch batch;
+  while (static_cast<int64_t>(probs.size()) < job_.train.eval_samples) {
+    int n = static_cast<int>(std::min<int64_t>(max_batch_, job_.train.eval_samples - probs.size()));
+    OSPREY_RETURN_IF_ERROR(eval->Next(n, &batch));
+    if (batch.size == 0) break;
+    data::DedupeKeys(batch, &keys, &row_index);
+    rows.resize(keys.size() * dim_);
+    batch_probs.resize(batch.size);
+    OSPREY_RETURN_IF_ERROR(client_->Wait(client_->Pull(sparse_table_, keys.data(), keys.size(), rows.data())));
+    OSPREY_RETURN_IF_ERROR(
+        model_->PredictHost(params.data(), rows.data(), keys.size(), row_index.data(), batch, batch_probs.data()));
+    probs.insert(probs.end(), batch_probs.begin(), batch_probs.end());
+    labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
+    oracle.insert(oracle.end(), batch.oracle_prob.begin(), batch.oracle_prob.end());
+  }
+  EvalResult r;
+  r.samples = probs.size();
+  r.auc = data::Auc(probs.data(), labels.data(), probs.size());
+  r.logloss = data::LogLoss(probs.data(), labels.data(), probs.size());
+  r.oracle_auc = oracle.size() == labels.size() && !oracle.empty()
+                     ? data::Auc(oracle.data(), labels.data(), oracle.size())
+                     : std::numeric_limits<double>::quiet_NaN();
+  return r;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TrainLoop>> MakeGpuTrainer(const config::JobConfig& job, int rank, int num_workers,
+                                                    Client* client) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return FailedPrecondition(std::string("no CUDA device is visible (") +
+                              (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")");
+  }
+  int device = job.worker.gpu;
+  if (device < 0) device = rank % count;
+  if (device >= count) {
+    return InvalidArgument("worker.gpu: device " + std::to_string(device) + " does not exist (" +
+                           std::to_string(count) + " visible)");
+  }
+  return std::unique_ptr<TrainLoop>(std::make_unique<GpuTrainer>(job, rank, num_workers, client, device));
+}
+
+}  // namespace osprey::worker

@@ -1,0 +1,65 @@
+// The GPU training loop of osprey-worker, and the choice between it and the CPU Trainer.
+//
+// worker.device (job config) picks the loop:
+//   cpu    the CPU Trainer (worker/trainer.h).
+//   cuda   the GPU loop below; a build without CUDA, no visible device, or worker.gpu beyond the
+//          visible devices is an error naming the problem.
+//   auto   the GPU loop when this build has CUDA and a device is visible, else the CPU Trainer
+//          (logged as a warning). Other GPU errors (out of memory, a cache that does not fit)
+//          are errors, not fallbacks.
+//
+// The GPU loop (worker/gpu_trainer.cc) computes DLRM steps on one CUDA device (GpuDlrm) with the
+// same data, parameters and wire traffic as the CPU Trainer. Step t is prepared by a prefetch
+// thread while step t-1 computes (worker.prefetch; off: inline, same results):
+//   read      batch t from reader threads that generate synthetic batches ahead
+//             (worker.data_threads; batch t is samples [t*B, (t+1)*B) of the worker's stream, as
+//             on the CPU) or read the Criteo file;
+//   dedupe    ids to the device, FeatureKeys deduped there (CUB radix sort), the distinct keys
+//             back to the host;
+//   cache     the hot-row cache (worker/cache/row_cache.h) maps each distinct key to a slot of a
+//             device array [capacity x dim]; keys absent or pulled more than staleness_bound
+//             steps ago are misses;
+//   pull      only the misses are pulled from the servers (and the dense parameters), copied to
+//             the device and scattered into their slots.
+// The main thread then gathers the step's rows from the cache into a compact array, runs
+// forward + backward, copies the row and dense gradients back and pushes them (one gradient row
+// per distinct key: GpuDlrm sums the uses of a row).
+//
+// Ordering with the servers: in bsp and ssp a pull for clock t+1 must reach a server after this
+// worker's push of clock t (the server infers a worker's progress from its pulls), so there the
+// prefetch thread sends step t+1's pulls once step t's pushes are sent; reading, deduping and
+// cache planning still overlap the compute. In async the pulls go out at once.
+//
+// The cache: worker.cache.capacity_rows (or capacity_fraction of the key space) rows; 0 and 0
+// means no reuse: staleness bound 0 and room for two steps, so every step re-pulls every row it
+// uses, exactly like the CPU loop. staleness_bound -1 takes the sparse table's: bsp 0, ssp its
+// staleness_bound, async 4. A row's "version" is the step it was pulled for, so the lag is
+// counted in this worker's steps (in bsp that is exactly the number of server windows; in
+// ssp/async it is the worker's own view). Pushes carry the client's table version at the time
+// the step's misses were pulled.
+//
+// Thread-safety: as TrainLoop.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "worker/client/client.h"
+#include "worker/trainer.h"
+
+namespace osprey::worker {
+
+// The loop job.worker.device asks for (see above). `client` is borrowed.
+StatusOr<std::unique_ptr<TrainLoop>> MakeTrainLoop(const config::JobConfig& job, int rank, int num_workers,
+                                                   Client* client);
+
+// The GPU loop on device job.worker.gpu (-1: rank modulo the visible devices). Errors:
+// FailedPrecondition when this build has no CUDA ("built without CUDA") or no device is visible;
+// InvalidArgument when worker.gpu is not a visible device, or the model is not DLRM. Device memory
+// is allocated in Init (ResourceExhausted when the cache does not fit).
+StatusOr<std::unique_ptr<TrainLoop>> MakeGpuTrainer(const config::JobConfig& job, int rank, int num_workers,
+                                                    Client* client);
+
+}  // namespace osprey::worker
