@@ -1,0 +1,360 @@
+// osprey::cuda_sparse on a device, against the CPU: DedupeFeatureKeys vs data::DedupeKeys (same key
+// set, ascending on the GPU, every entry's row maps back to its own key), GatherRows / ScatterRows
+// vs a host loop, and the argument errors. Skipped where no CUDA device is visible.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/cuda/codec_kernels.h"
+#include "worker/cuda/sparse/sparse_kernels.h"
+#include "worker/data/batch.h"
+#include "worker/data/random.h"
+#include "worker/data/zipf.h"
+
+#define OSPREY_SPARSE_REQUIRE_GPU()                                                \
+  do {                                                                             \
+    if (::osprey::cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device here"; \
+  } while (0)
+
+namespace osprey::cuda {
+namespace {
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& v) {
+  auto buf = DeviceBuffer::Allocate(sizeof(T) * v.size() + 256);  // never empty: pointers stay non-null
+  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
+  if (!buf.ok()) return DeviceBuffer();
+  if (!v.empty()) {
+    EXPECT_EQ(cudaMemcpy(buf->data(), v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  return std::move(buf).value();
+}
+
+template <typename T>
+std::vector<T> Download(const void* d, size_t n) {
+  std::vector<T> v(n);
+  if (n > 0) {
+    EXPECT_EQ(cudaMemcpy(v.data(), d, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  return v;
+}
+
+// A device buffer of `bytes` bytes, every byte 0xFF (-1 in every int32, NaN in every float).
+DeviceBuffer Poisoned(size_t bytes) {
+  auto buf = DeviceBuffer::Allocate(bytes + 256);
+  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
+  if (!buf.ok()) return DeviceBuffer();
+  EXPECT_EQ(cudaMemset(buf->data(), 0xFF, buf->size()), cudaSuccess);
+  return std::move(buf).value();
+}
+
+enum class Ids { kZipf, kWide, kAllSame, kHighBitsOnly };
+
+data::Batch MakeBatch(int size, int num_sparse, Ids kind, uint64_t seed) {
+  data::Batch b;
+  b.size = size;
+  b.num_sparse = num_sparse;
+  b.labels.assign(size, 0.0f);
+  b.ids.resize(static_cast<size_t>(size) * num_sparse);
+  data::Rng rng(seed);
+  data::ZipfSampler zipf(1000, 1.2);  // heavy duplicates: the top ids repeat thousands of times
+  for (uint64_t& id : b.ids) {
+    switch (kind) {
+      case Ids::kZipf: {
+        uint64_t rank = 0;
+        while (!zipf.TrySample(rng.NextUniform(), &rank)) {
+        }
+        id = rank;
+        break;
+      }
+      case Ids::kWide:  // all 64 bits random: bits above 47 must be dropped
+        id = rng.NextU64();
+        break;
+      case Ids::kAllSame:
+        id = 7;
+        break;
+      case Ids::kHighBitsOnly:  // distinct raw ids that collide once bits 48.. are dropped
+        id = (rng.NextU64() << 48) | 5;
+        break;
+    }
+  }
+  return b;
+}
+
+struct DedupeResult {
+  std::vector<uint64_t> unique;
+  std::vector<int32_t> row_index;
+};
+
+// Runs DedupeFeatureKeys on a side stream with a workspace sized for max_ids (>= the batch's ids).
+DedupeResult RunGpu(const data::Batch& b, int max_ids) {
+  const size_t n = b.ids.size();
+  DeviceBuffer ids = Upload(b.ids);
+  DeviceBuffer unique = Poisoned(sizeof(uint64_t) * n), rows = Poisoned(sizeof(int32_t) * n);
+  DeviceBuffer count = Poisoned(sizeof(int32_t));
+  const size_t ws_bytes = DedupeWorkspaceBytes(max_ids);
+  EXPECT_GT(ws_bytes, 0u);
+  DeviceBuffer ws = Poisoned(ws_bytes);
+  cudaStream_t stream = nullptr;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const Status st = DedupeFeatureKeys(ids.as<uint64_t>(), b.size, b.num_sparse, unique.as<uint64_t>(),
+                                      rows.as<int32_t>(), count.as<int32_t>(), ws.data(), ws_bytes, stream);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  DedupeResult r;
+  const int32_t num_unique = Download<int32_t>(count.data(), 1)[0];
+  EXPECT_GE(num_unique, 0);
+  EXPECT_LE(static_cast<size_t>(num_unique), n);
+  if (num_unique < 0 || static_cast<size_t>(num_unique) > n) return r;
+  r.unique = Download<uint64_t>(unique.data(), num_unique);
+  r.row_index = Download<int32_t>(rows.data(), n);
+  return r;
+}
+
+void ExpectSameAsCpu(const data::Batch& b, const DedupeResult& gpu) {
+  std::vector<uint64_t> cpu_unique;
+  std::vector<int32_t> cpu_rows;
+  data::DedupeKeys(b, &cpu_unique, &cpu_rows);
+  ASSERT_EQ(gpu.unique.size(), cpu_unique.size());
+  EXPECT_TRUE(std::is_sorted(gpu.unique.begin(), gpu.unique.end()));
+  EXPECT_EQ(std::adjacent_find(gpu.unique.begin(), gpu.unique.end()), gpu.unique.end()) << "duplicate unique key";
+  std::sort(cpu_unique.begin(), cpu_unique.end());
+  EXPECT_EQ(gpu.unique, cpu_unique);
+  ASSERT_EQ(gpu.row_index.size(), b.ids.size());
+  size_t bad = 0;
+  for (int s = 0; s < b.size; ++s) {
+    for (int f = 0; f < b.num_sparse; ++f) {
+      const size_t i = static_cast<size_t>(s) * b.num_sparse + f;
+      const int32_t r = gpu.row_index[i];
+      const bool ok =
+          r >= 0 && static_cast<size_t>(r) < gpu.unique.size() && gpu.unique[r] == data::FeatureKey(f, b.ids[i]);
+      if (!ok && bad++ < 5) ADD_FAILURE() << "entry " << i << " (sample " << s << ", feature " << f << "): row " << r;
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+void ExpectMatchesCpu(const data::Batch& b, int max_ids) { ExpectSameAsCpu(b, RunGpu(b, max_ids)); }
+
+TEST(GpuSparseDedupeTest, ZipfHeavyDuplicatesMatchCpu) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  ExpectMatchesCpu(MakeBatch(2048, 26, Ids::kZipf, 1), 2048 * 26);
+  ExpectMatchesCpu(MakeBatch(16384, 26, Ids::kZipf, 2), 16384 * 26);
+  ExpectMatchesCpu(MakeBatch(777, 3, Ids::kZipf, 3), 777 * 3);
+}
+
+TEST(GpuSparseDedupeTest, WideIdsDropBitsAbove47) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  ExpectMatchesCpu(MakeBatch(4096, 26, Ids::kWide, 4), 4096 * 26);
+  const data::Batch collide = MakeBatch(1000, 26, Ids::kHighBitsOnly, 5);
+  ExpectMatchesCpu(collide, 1000 * 26);
+  EXPECT_EQ(RunGpu(collide, 1000 * 26).unique.size(), 26u);  // one key per feature
+}
+
+TEST(GpuSparseDedupeTest, SingleFeatureAndSingleSample) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  ExpectMatchesCpu(MakeBatch(5000, 1, Ids::kZipf, 6), 5000);
+  ExpectMatchesCpu(MakeBatch(5000, 1, Ids::kWide, 7), 5000);
+  ExpectMatchesCpu(MakeBatch(1, 26, Ids::kZipf, 8), 26);
+  ExpectMatchesCpu(MakeBatch(1, 1, Ids::kWide, 9), 1);
+  const DedupeResult same = RunGpu(MakeBatch(300, 1, Ids::kAllSame, 10), 300);
+  ASSERT_EQ(same.unique.size(), 1u);
+  EXPECT_EQ(same.unique[0], 7u);
+}
+
+TEST(GpuSparseDedupeTest, AllSixteenFeatureBits) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  ExpectMatchesCpu(MakeBatch(3, data::kMaxSparseFeatures, Ids::kWide, 11), 3 * data::kMaxSparseFeatures);
+  ExpectMatchesCpu(MakeBatch(2, 40000, Ids::kAllSame, 12), 2 * 40000);
+}
+
+TEST(GpuSparseDedupeTest, OneWorkspaceServesSmallerBatches) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  for (int size : {16384, 2048, 33, 1}) ExpectMatchesCpu(MakeBatch(size, 26, Ids::kZipf, 20 + size), 16384 * 26);
+}
+
+// No allocation and no synchronization inside: the call can be captured into a CUDA graph once and
+// replayed for every batch of the same shape, with new ids in the same buffer.
+TEST(GpuSparseDedupeTest, CapturedGraphReplaysWithNewIds) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  const int size = 4096, num_sparse = 26, n = size * num_sparse;
+  const data::Batch first = MakeBatch(size, num_sparse, Ids::kZipf, 40);
+  const data::Batch second = MakeBatch(size, num_sparse, Ids::kWide, 41);
+  DeviceBuffer ids = Upload(first.ids), unique = Poisoned(8 * n), rows = Poisoned(4 * n), count = Poisoned(4);
+  const size_t ws_bytes = DedupeWorkspaceBytes(n);
+  DeviceBuffer ws = Poisoned(ws_bytes);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status st = DedupeFeatureKeys(ids.as<uint64_t>(), size, num_sparse, unique.as<uint64_t>(), rows.as<int32_t>(),
+                                      count.as<int32_t>(), ws.data(), ws_bytes, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (const data::Batch* b : {&first, &second}) {
+    ASSERT_EQ(cudaMemcpyAsync(ids.data(), b->ids.data(), 8 * n, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    DedupeResult r;
+    const int32_t num_unique = Download<int32_t>(count.data(), 1)[0];
+    ASSERT_TRUE(num_unique > 0 && num_unique <= n) << num_unique;
+    r.unique = Download<uint64_t>(unique.data(), num_unique);
+    r.row_index = Download<int32_t>(rows.data(), n);
+    ExpectSameAsCpu(*b, r);
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+TEST(GpuSparseDedupeTest, EmptyBatchSetsCountToZero) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  DeviceBuffer count = Poisoned(sizeof(int32_t));
+  for (auto [batch, num_sparse] : {std::pair{0, 26}, std::pair{5, 0}, std::pair{0, 0}}) {
+    ASSERT_EQ(cudaMemset(count.data(), 0xFF, sizeof(int32_t)), cudaSuccess);
+    const Status st =
+        DedupeFeatureKeys(nullptr, batch, num_sparse, nullptr, nullptr, count.as<int32_t>(), nullptr, 0, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(Download<int32_t>(count.data(), 1)[0], 0);
+  }
+}
+
+TEST(GpuSparseDedupeTest, ArgumentErrors) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  const int n = 64 * 26;
+  const size_t ws_bytes = DedupeWorkspaceBytes(n);
+  DeviceBuffer ids = Upload(MakeBatch(64, 26, Ids::kZipf, 30).ids), unique = Poisoned(8 * n), rows = Poisoned(4 * n);
+  DeviceBuffer count = Poisoned(4), ws = Poisoned(ws_bytes);
+  auto run = [&](const uint64_t* i, int batch, int num_sparse, uint64_t* u, int32_t* r, int32_t* c, void* w,
+                 size_t bytes) { return DedupeFeatureKeys(i, batch, num_sparse, u, r, c, w, bytes, nullptr); };
+  auto* I = ids.as<uint64_t>();
+  auto* U = unique.as<uint64_t>();
+  auto* R = rows.as<int32_t>();
+  auto* C = count.as<int32_t>();
+  void* W = ws.data();
+  struct Case {
+    Status st;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {run(I, -1, 26, U, R, C, W, ws_bytes), "batch"},
+      {run(I, 64, -2, U, R, C, W, ws_bytes), "num_sparse"},
+      {run(I, 1, data::kMaxSparseFeatures + 1, U, R, C, W, ws_bytes), "65536"},
+      {run(I, 1 << 20, 1 << 12, U, R, C, W, ws_bytes), "2^31"},
+      {run(I, 64, 26, U, R, nullptr, W, ws_bytes), "d_num_unique"},
+      {run(nullptr, 64, 26, U, R, C, W, ws_bytes), "null"},
+      {run(I, 64, 26, nullptr, R, C, W, ws_bytes), "null"},
+      {run(I, 64, 26, U, nullptr, C, W, ws_bytes), "null"},
+      {run(I, 64, 26, U, R, C, nullptr, ws_bytes), "null"},
+      {run(I, 64, 26, U, R, C, W, ws_bytes / 2), "DedupeWorkspaceBytes"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.st.code(), StatusCode::kInvalidArgument) << c.st.ToString();
+    EXPECT_NE(c.st.message().find(c.needle), std::string::npos) << c.st.ToString();
+  }
+  EXPECT_EQ(DedupeWorkspaceBytes(0), 0u);
+  EXPECT_EQ(DedupeWorkspaceBytes(-3), 0u);
+  EXPECT_LE(DedupeWorkspaceBytes(100), DedupeWorkspaceBytes(100000));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// ---- GatherRows / ScatterRows -------------------------------------------------------------
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed) {
+  data::Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(rng.NextNormal());
+  return v;
+}
+
+// n distinct slots among table_rows, in random order.
+std::vector<int32_t> DistinctSlots(int n, int table_rows, uint64_t seed) {
+  std::vector<int32_t> all(table_rows);
+  for (int i = 0; i < table_rows; ++i) all[i] = i;
+  data::Rng rng(seed);
+  for (int i = 0; i < n; ++i) std::swap(all[i], all[i + rng.NextU64() % (table_rows - i)]);
+  all.resize(n);
+  return all;
+}
+
+// offset_floats shifts both row arrays off 16-byte alignment (the scalar path even when dim % 4 == 0).
+void CheckGatherScatter(int n, int dim, int table_rows, int offset_floats) {
+  SCOPED_TRACE("n " + std::to_string(n) + " dim " + std::to_string(dim) + " offset " + std::to_string(offset_floats));
+  const size_t row_elems = static_cast<size_t>(n) * dim, table_elems = static_cast<size_t>(table_rows) * dim;
+  const std::vector<float> table = RandomFloats(table_elems, 1000 + dim), rows = RandomFloats(row_elems, 2000 + dim);
+  const std::vector<int32_t> slots = DistinctSlots(n, table_rows, 3000 + n);
+  std::vector<float> table_pad(offset_floats, 0.0f), rows_pad(offset_floats, 0.0f);
+  table_pad.insert(table_pad.end(), table.begin(), table.end());
+  rows_pad.insert(rows_pad.end(), rows.begin(), rows.end());
+  DeviceBuffer d_table = Upload(table_pad), d_rows = Upload(rows_pad), d_slots = Upload(slots);
+  DeviceBuffer d_out = Poisoned(sizeof(float) * (row_elems + offset_floats));
+  float* t = d_table.as<float>() + offset_floats;
+  float* out = d_out.as<float>() + offset_floats;
+
+  ASSERT_TRUE(GatherRows(t, d_slots.as<int32_t>(), n, dim, out, nullptr).ok());
+  std::vector<float> want(row_elems);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < dim; ++j)
+      want[static_cast<size_t>(i) * dim + j] = table[static_cast<size_t>(slots[i]) * dim + j];
+  }
+  EXPECT_EQ(Download<float>(out, row_elems), want);
+
+  ASSERT_TRUE(ScatterRows(d_rows.as<float>() + offset_floats, d_slots.as<int32_t>(), n, dim, t, nullptr).ok());
+  std::vector<float> want_table = table;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < dim; ++j)
+      want_table[static_cast<size_t>(slots[i]) * dim + j] = rows[static_cast<size_t>(i) * dim + j];
+  }
+  EXPECT_EQ(Download<float>(t, table_elems), want_table);  // rows not in slots unchanged
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(GpuSparseRowsTest, GatherAndScatterMatchHostLoop) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  for (int dim : {1, 3, 16, 64}) {
+    for (int offset : {0, 1}) {
+      CheckGatherScatter(1000, dim, 5000, offset);
+      CheckGatherScatter(1, dim, 7, offset);
+    }
+  }
+  CheckGatherScatter(200000, 16, 400000, 0);
+}
+
+TEST(GpuSparseRowsTest, EmptyIsANoOp) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  EXPECT_TRUE(GatherRows(nullptr, nullptr, 0, 16, nullptr, nullptr).ok());
+  EXPECT_TRUE(ScatterRows(nullptr, nullptr, 0, 3, nullptr, nullptr).ok());
+}
+
+TEST(GpuSparseRowsTest, ArgumentErrors) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  DeviceBuffer table = Poisoned(4096), slots = Upload(std::vector<int32_t>{0, 1}), out = Poisoned(4096);
+  const float* T = table.as<float>();
+  const int32_t* S = slots.as<int32_t>();
+  float* O = out.as<float>();
+  const Status cases[] = {
+      GatherRows(T, S, -1, 4, O, nullptr),
+      GatherRows(T, S, 2, 0, O, nullptr),
+      GatherRows(nullptr, S, 2, 4, O, nullptr),
+      GatherRows(T, nullptr, 2, 4, O, nullptr),
+      GatherRows(T, S, 2, 4, nullptr, nullptr),
+      ScatterRows(O, S, -5, 4, table.as<float>(), nullptr),
+      ScatterRows(O, S, 2, -1, table.as<float>(), nullptr),
+      ScatterRows(nullptr, S, 2, 4, table.as<float>(), nullptr),
+      ScatterRows(O, nullptr, 2, 4, table.as<float>(), nullptr),
+      ScatterRows(O, S, 2, 4, nullptr, nullptr),
+  };
+  for (const Status& st : cases) EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace osprey::cuda
