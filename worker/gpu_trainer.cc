@@ -9,6 +9,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -200,6 +201,8 @@ struct StepInput {
 // Steps in flight: the planner works on t+2 while the puller works on t+1 and the main thread
 // computes t. Also the cache's pinned_steps.
 constexpr int kRing = 3;
+// Steps whose pushes may be unacknowledged while the next step pushes.
+constexpr int64_t kPushWindow = 2;
 
 class GpuTrainer final : public TrainLoop {
  public:
@@ -252,13 +255,18 @@ class GpuTrainer final : public TrainLoop {
   // puller thread (both inline on the main thread without prefetch).
   Status PlanStep(int64_t step, StepInput* in);
   Status PullStep(int64_t step, StepInput* in);
+  // Main thread: forward/backward of a prepared step, gradients to the host.
   Status Compute(StepInput* in);
+  // Sends a computed step's pushes (pusher thread; inline without prefetch).
+  Status PushStep(int64_t step);
   void PlannerLoop(int64_t steps);
   void PullerLoop(int64_t steps);
+  void PusherLoop(int64_t steps);
   // Records a prefetch stage's failure for the main thread (the first one wins).
   void FailPrefetch(const Status& s);
   void StopPrefetch();
-  Status WaitPushes();
+  // Waits for the pushes of steps <= through (all: INT64_MAX); the first error.
+  Status WaitPushes(int64_t through);
 
   const config::JobConfig& job_;
   const int rank_, num_workers_;
@@ -281,8 +289,13 @@ class GpuTrainer final : public TrainLoop {
   size_t workspace_bytes_ = 0;
   // Compute side.
   DeviceArray<float> d_rows_, d_row_grad_, d_dense_grad_, d_probs_, d_loss_;
-  PinnedArray<float> h_row_grad_, h_dense_grad_, h_loss_;
-  std::vector<Ticket> push_tickets_;
+  // Gradients of steps t (index t % 2) on the host: the pusher thread sends step t's while the
+  // main thread computes step t+1 into the other pair.
+  PinnedArray<float> h_row_grad_[2], h_dense_grad_[2];
+  PinnedArray<float> h_loss_;
+  // Pushes in flight, oldest first: (step, tickets). Up to kPushWindow steps' pushes are
+  // outstanding, so the servers' apply time overlaps the next steps instead of stalling them.
+  std::deque<std::pair<int64_t, std::vector<Ticket>>> pushes_;
 
   // The two alternating step inputs and the hand-over between the prefetch thread and the main
   // thread.
@@ -296,7 +309,8 @@ class GpuTrainer final : public TrainLoop {
   int64_t gathered_through_ = -1;  // GUARDED_BY(mu_) gathers of steps <= this are enqueued
   int64_t pushed_through_ = -1;    // GUARDED_BY(mu_) pushes of steps <= this are sent
   bool stop_ = false;              // GUARDED_BY(mu_)
-  std::thread planner_, puller_;
+  int64_t computed_through_ = -1;  // GUARDED_BY(mu_) gradients of steps <= this are on the host
+  std::thread planner_, puller_, pusher_;
 
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
@@ -384,8 +398,10 @@ Status GpuTrainer::Init() {
   OSPREY_RETURN_IF_ERROR(d_dense_grad_.Allocate(num_params_, "dense gradient"));
   OSPREY_RETURN_IF_ERROR(d_probs_.Allocate(max_batch_, "probabilities"));
   OSPREY_RETURN_IF_ERROR(d_loss_.Allocate(1, "loss"));
-  OSPREY_RETURN_IF_ERROR(h_row_grad_.Allocate(row_floats, "row gradients"));
-  OSPREY_RETURN_IF_ERROR(h_dense_grad_.Allocate(num_params_, "dense gradient"));
+  for (int i = 0; i < 2; ++i) {
+    OSPREY_RETURN_IF_ERROR(h_row_grad_[i].Allocate(row_floats, "row gradients"));
+    OSPREY_RETURN_IF_ERROR(h_dense_grad_[i].Allocate(num_params_, "dense gradient"));
+  }
   OSPREY_RETURN_IF_ERROR(h_loss_.Allocate(1, "loss"));
   for (StepInput& in : inputs_) {
     in.miss_keys.reserve(max_ids_);
@@ -564,66 +580,101 @@ void GpuTrainer::StopPrefetch() {
   cv_.notify_all();
   if (planner_.joinable()) planner_.join();
   if (puller_.joinable()) puller_.join();
+  if (pusher_.joinable()) pusher_.join();
   if (reader_) reader_->Stop();
 }
 
-Status GpuTrainer::WaitPushes() {
+Status GpuTrainer::WaitPushes(int64_t through) {
   Status first;
-  for (Ticket t : push_tickets_) {
-    Status s = client_->Wait(t);
-    if (first.ok() && !s.ok()) first = s;
+  while (!pushes_.empty() && pushes_.front().first <= through) {
+    for (Ticket t : pushes_.front().second) {
+      Status s = client_->Wait(t);
+      if (first.ok() && !s.ok()) first = s;
+    }
+    pushes_.pop_front();
   }
-  push_tickets_.clear();
   return first;
 }
 
 // The main-thread part of a step whose inputs are ready: gather, forward/backward, gradients
 // back to the host, pushes.
 Status GpuTrainer::Compute(StepInput* in) {
-  auto t0 = Clock::now();
+  const int64_t step = in->step;
   const int u = in->num_unique;
+  const int b = static_cast<int>(step % 2);
+  // The host gradient pair of this step held step-2's, which the pusher must have sent.
+  auto t0 = Clock::now();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pushed_through_ >= step - 2 || !prefetch_status_.ok(); });
+    if (pushed_through_ < step - 2) return prefetch_status_;
+  }
+  times_.push += Since(t0);
+  auto t1 = Clock::now();
   OSPREY_CUDA(cudaStreamWaitEvent(compute_stream_, in->ready, 0));
   OSPREY_RETURN_IF_ERROR(cuda::GatherRows(d_cache_.get(), in->d_slots.get(), u, dim_, d_rows_.get(), compute_stream_));
   OSPREY_CUDA(cudaEventRecord(in->gathered, compute_stream_));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    gathered_through_ = in->step;
+    gathered_through_ = step;
   }
   cv_.notify_all();
   OSPREY_RETURN_IF_ERROR(model_->ForwardBackward(in->d_params.get(), d_rows_.get(), u, in->d_row_index.get(),
                                                  in->d_dense.get(), in->d_labels.get(), in->batch,
                                                  d_dense_grad_.get(), d_row_grad_.get(), d_probs_.get(),
                                                  d_loss_.get(), compute_stream_));
-  OSPREY_CUDA(cudaMemcpyAsync(h_row_grad_.get(), d_row_grad_.get(), static_cast<size_t>(u) * dim_ * sizeof(float),
+  OSPREY_CUDA(cudaMemcpyAsync(h_row_grad_[b].get(), d_row_grad_.get(), static_cast<size_t>(u) * dim_ * sizeof(float),
                               cudaMemcpyDeviceToHost, compute_stream_));
-  OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_.get(), d_dense_grad_.get(), num_params_ * sizeof(float),
+  OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_[b].get(), d_dense_grad_.get(), num_params_ * sizeof(float),
                               cudaMemcpyDeviceToHost, compute_stream_));
   OSPREY_CUDA(cudaMemcpyAsync(h_loss_.get(), d_loss_.get(), sizeof(float), cudaMemcpyDeviceToHost, compute_stream_));
   OSPREY_CUDA(cudaStreamSynchronize(compute_stream_));
-  times_.compute += Since(t0);
+  times_.compute += Since(t1);
   const float loss = h_loss_[0];
-  if (!std::isfinite(loss)) return Internal("step " + std::to_string(in->step) + ": loss is not finite");
-
-  auto t1 = Clock::now();
-  OSPREY_RETURN_IF_ERROR(WaitPushes());
-  // The client copies keys and gradients into its frames before returning, so the pinned
-  // buffers are free again when these calls return.
-  push_tickets_.push_back(client_->Push(sparse_table_, in->h_unique.get(), u, h_row_grad_.get(), in->step,
-                                        in->sparse_version));
-  push_tickets_.push_back(client_->PushDense(dense_table_, h_dense_grad_.get(), in->step, in->dense_version));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pushed_through_ = in->step;
-    released_through_ = in->step;
-  }
-  cv_.notify_all();
-  times_.push += Since(t1);
-
+  if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
   double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
   loss_.store(avg);
   samples_.fetch_add(in->batch);
   step_.fetch_add(1);
+  if (!job_.worker.prefetch) return PushStep(step);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    computed_through_ = step;
+  }
+  cv_.notify_all();
   return Status::OK();
+}
+
+Status GpuTrainer::PushStep(int64_t step) {
+  StepInput* in = &inputs_[step % kRing];
+  const int b = static_cast<int>(step % 2);
+  OSPREY_RETURN_IF_ERROR(WaitPushes(step - kPushWindow));
+  // The client copies keys and gradients into its frames before returning, so the pinned
+  // buffers are free again when these calls return.
+  std::vector<Ticket> tickets;
+  tickets.push_back(client_->Push(sparse_table_, in->h_unique.get(), in->num_unique, h_row_grad_[b].get(), step,
+                                  in->sparse_version));
+  tickets.push_back(client_->PushDense(dense_table_, h_dense_grad_[b].get(), step, in->dense_version));
+  pushes_.emplace_back(step, std::move(tickets));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pushed_through_ = step;
+    released_through_ = step;
+  }
+  cv_.notify_all();
+  return Status::OK();
+}
+
+void GpuTrainer::PusherLoop(int64_t steps) {
+  for (int64_t t = 0; t < steps; ++t) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || computed_through_ >= t; });
+      if (computed_through_ < t) return;
+    }
+    Status s = PushStep(t);
+    if (!s.ok()) return FailPrefetch(s);
+  }
 }
 
 Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
@@ -635,6 +686,7 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   if (prefetch) {
     planner_ = std::thread([this, steps] { PlannerLoop(steps); });
     puller_ = std::thread([this, steps] { PullerLoop(steps); });
+    pusher_ = std::thread([this, steps] { PusherLoop(steps); });
   }
   Status status;
   for (int64_t t = 0; t < steps; ++t) {
@@ -658,8 +710,15 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
     if (!status.ok()) break;
     if (on_log && (t + 1) % job_.train.log_every_steps == 0) on_log(progress());
   }
+  if (prefetch && status.ok()) {  // let the pusher send what was computed
+    auto t0 = Clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pushed_through_ >= computed_through_ || !prefetch_status_.ok(); });
+    if (pushed_through_ < computed_through_) status = prefetch_status_;
+    times_.push += Since(t0);
+  }
   StopPrefetch();
-  Status pushes = WaitPushes();
+  Status pushes = WaitPushes(std::numeric_limits<int64_t>::max());
   train_seconds_ = Since(start);
   OSPREY_RETURN_IF_ERROR(status);
   return pushes;

@@ -3,7 +3,7 @@
 // reference (bench/reference/dlrm_torch.py) run on the same machine in the same invocation.
 //
 //   osprey bench dlrm [--config configs/bench-dlrm-kaggle.yaml] [--batches 2048,16384]
-//                     [--cache 1.0,0.1] [--gpus 1] [--steps 200] [--runs 3] [--servers 4]
+//                     [--cache 1.0,0.1] [--gpus 1] [--steps 1000] [--runs 3] [--servers 8]
 //                     [--reference bench/reference/dlrm_torch.py] [--json PATH] [--set k=v]...
 //
 // Every case (gpus x batch x cache fraction) runs `osprey launch CONFIG` `--runs` times as a real
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   CLI::App app{"osprey bench dlrm: GPU DLRM training through Osprey vs an all-on-GPU PyTorch reference"};
   std::string config = "configs/bench-dlrm-kaggle.yaml";
   std::string batches = "2048,16384", caches = "1.0,0.1", gpus = "1";
-  int steps = 200, runs = 3, servers = 4;
+  int steps = 1000, runs = 3, servers = 8;
   std::string reference = "bench/reference/dlrm_torch.py", json_path, bin_dir, work_dir = "/tmp/osprey-bench-dlrm";
   std::vector<std::string> sets;
   app.add_option("--config", config, "job config of the benchmark");
