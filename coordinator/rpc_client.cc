@@ -48,13 +48,19 @@ Status RpcClient::Call(proto::Op op, const google::protobuf::MessageLite* reques
 }
 
 Status RpcClient::CallRaw(proto::Op op, std::string payload, google::protobuf::MessageLite* reply,
-                          int timeout_ms) {
+                          int timeout_ms, int64_t clock) {
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
   }
   Message msg = MakeRequest(peer_, op, id, nullptr);
+  if (clock != 0) {
+    proto::Header h;
+    h.ParseFromArray(msg.header.data(), static_cast<int>(msg.header.size()));
+    h.set_clock(clock);
+    msg.header = SerializeHeader(h);
+  }
   msg.values = Buffer::Copy(payload.data(), payload.size());
   return Roundtrip(op, std::move(msg), id, reply, timeout_ms);
 }

@@ -41,9 +41,10 @@ class RpcClient {
   // reply's values frame is parsed into *reply (null: ignored). See the errors above.
   Status Call(proto::Op op, const google::protobuf::MessageLite* request,
               google::protobuf::MessageLite* reply, int timeout_ms);
-  // Same, with a raw values frame (OP_SHUTDOWN carries its reason as text).
+  // Same, with a raw values frame (OP_SHUTDOWN carries its reason as text). `clock` goes into
+  // the request header (OP_CHECKPOINT: the bsp clock of a checkpoint cut; 0 otherwise).
   Status CallRaw(proto::Op op, std::string payload, google::protobuf::MessageLite* reply,
-                 int timeout_ms);
+                 int timeout_ms, int64_t clock = 0);
 
   void Stop();
 

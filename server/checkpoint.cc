@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -210,6 +211,7 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMe
   for (const auto& t : meta.tables) *h.add_tables() = t;
   for (uint64_t v : meta.versions) h.add_versions(v);
   for (const auto& o : meta.optimizers) h.add_optimizers(o);
+  h.set_clock(meta.clock);
   std::string out(kMagic, 8);
   std::string hb = h.SerializeAsString();
   Put(&out, kCheckpointFormatVersion);
@@ -267,7 +269,11 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMe
 }
 
 StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
-                                                  const CheckpointMeta& current, Store* store) {
+                                                  const CheckpointMeta& current, Store* store,
+                                                  RestoreInfo* info) {
+  if (!std::filesystem::is_directory(dir)) {
+    return NotFound("checkpoint directory " + dir + " does not exist or is not a directory");
+  }
   // The files present and the server count they were written with.
   static const std::regex kName(R"(server-(\d+)-of-(\d+)\.ckpt)");
   int n = -1;
@@ -336,6 +342,15 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
     }));
   }
   // Pass 2: import what this server owns.
+  if (info != nullptr) {
+    info->files = n;
+    info->min_clock = files[0].header.clock();
+    info->max_clock = files[0].header.clock();
+    for (const ParsedFile& f : files) {
+      info->min_clock = std::min<int64_t>(info->min_clock, f.header.clock());
+      info->max_clock = std::max<int64_t>(info->max_clock, f.header.clock());
+    }
+  }
   std::vector<uint64_t> versions(current.tables.size(), 0);
   for (const ParsedFile& f : files) {
     for (int t = 0; t < f.header.versions_size() && t < static_cast<int>(versions.size()); ++t) {

@@ -18,12 +18,16 @@
 // imported.
 //
 // Consistency: a file is one server's snapshot taken under its work lock between two optimizer
-// steps (gradients still in an open merge window are not in it). Across servers, checkpoints
-// written on demand or every_seconds are each server's own cut; every_steps checkpoints are taken
-// right after the server's busiest table closed a multiple of every_steps windows, which in bsp is
-// a clock boundary of that table (other tables of the server may be one clock behind: their own
-// window of that clock may still be open). Gradients in open windows are not saved.
-//
+// steps (gradients still in an open merge window are not in it).
+//   bsp (the server holds a bsp table): checkpoints from every_steps and from `osprey checkpoint`
+//     are a consistent cut across servers at a clock boundary: every server saves right after
+//     its bsp tables closed the window of clock D-1 (done() == D) and before any closes clock D,
+//     with D = a multiple of every_steps (the same on every server) or the clock the caller
+//     picked; the header's `clock` is D on every file of the cut (Server::SetCheckpointConfig,
+//     OP_CHECKPOINT). ssp/async tables of such a server are saved as they are at that moment.
+//   ssp/async only, and every_seconds in any mode: each server's own snapshot plus its tables'
+//     versions (clock 0), taken when the timer or request reaches it; files of different
+//     servers are not from one instant.
 // Thread-safety: none; the server calls these under its work lock.
 #pragma once
 
@@ -46,6 +50,14 @@ struct CheckpointMeta {
   std::vector<proto::TableSpec> tables;
   std::vector<uint64_t> versions;        // per table
   std::vector<std::string> optimizers;   // per table
+  int64_t clock = 0;                     // bsp cut clock (see above); 0: per-server snapshot
+};
+
+// What RestoreCheckpoint found, for the restoring server's log.
+struct RestoreInfo {
+  int files = 0;             // N of the server-R-of-N files
+  int64_t min_clock = 0;     // over the files; equal when the files are one bsp cut
+  int64_t max_clock = 0;
 };
 
 // "DIR/server-R-of-N.ckpt".
@@ -58,8 +70,9 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMe
 
 // Verifies every file of the checkpoint in `dir`, then imports into `store` the records owned by
 // server `current.rank` of `current.num_servers`. `current.tables` are the running job's tables.
-// Returns per table the highest version any file recorded.
+// Returns per table the highest version any file recorded; fills *info when not null.
 StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
-                                                  const CheckpointMeta& current, Store* store);
+                                                  const CheckpointMeta& current, Store* store,
+                                                  RestoreInfo* info = nullptr);
 
 }  // namespace osprey::server

@@ -8,7 +8,10 @@ namespace osprey::server {
 
 MergeBuffer::MergeBuffer() : slots_(256, kEmpty), mask_(255) {}
 
-void MergeBuffer::Add(uint64_t key, const float* g, size_t width) {
+uint64_t MergeBuffer::Mix(uint64_t key) { return Mix64(key); }
+
+void MergeBuffer::Add(uint64_t key, const float* g, size_t width, float lr_weight,
+                      float staleness) {
   if ((keys_.size() + 1) * 2 > slots_.size()) Grow();
   size_t i = Mix64(key) & mask_;
   while (slots_[i] != kEmpty) {
@@ -16,6 +19,10 @@ void MergeBuffer::Add(uint64_t key, const float* g, size_t width) {
     if (keys_[e] == key) {
       float* dst = values_.data() + offsets_[e];
       for (size_t j = 0; j < width; ++j) dst[j] += g[j];
+      EntryStats& st = stats_[e];
+      ++st.adds;
+      st.lr_weight_sum += lr_weight;
+      st.staleness_sum += staleness;
       return;
     }
     i = (i + 1) & mask_;
@@ -24,6 +31,7 @@ void MergeBuffer::Add(uint64_t key, const float* g, size_t width) {
   keys_.push_back(key);
   offsets_.push_back(values_.size());
   values_.insert(values_.end(), g, g + width);
+  stats_.push_back(EntryStats{1, lr_weight, staleness});
 }
 
 void MergeBuffer::Scale(float factor) {
@@ -47,6 +55,7 @@ void MergeBuffer::Clear() {
   keys_.clear();
   offsets_.clear();
   values_.clear();
+  stats_.clear();
 }
 
 void MergeBuffer::Grow() {

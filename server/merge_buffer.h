@@ -22,8 +22,21 @@ class MergeBuffer {
  public:
   MergeBuffer();
 
+  // Per-entry statistics of the additions (per-row staleness policies): how many adds, the sum of
+  // their lr weights 1 / max(1, s) and the sum of their staleness s.
+  struct EntryStats {
+    uint32_t adds = 0;
+    float lr_weight_sum = 0;
+    float staleness_sum = 0;
+  };
+
   // Adds `width` floats of gradient `g` for `key`. A key must always be added with the same width.
-  void Add(uint64_t key, const float* g, size_t width);
+  // `lr_weight` and `staleness` go into the entry's EntryStats.
+  void Add(uint64_t key, const float* g, size_t width, float lr_weight = 1.0f,
+           float staleness = 0.0f);
+  // Hint: `key` will be added soon (prefetches its index slot; a batch of adds is bound by these
+  // cache misses once the index outgrows the cache).
+  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[Mix(key) & mask_]); }
   // Multiplies every summed value by `factor` (the mean of a window: 1 / pushes).
   void Scale(float factor);
   // Forgets every entry, keeping the memory.
@@ -34,14 +47,17 @@ class MergeBuffer {
   const uint64_t* keys() const { return keys_.data(); }
   const float* values() const { return values_.data(); }
   size_t num_values() const { return values_.size(); }
+  const EntryStats* stats() const { return stats_.data(); }  // num_keys() entries
 
  private:
   static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
+  static uint64_t Mix(uint64_t key);
   void Grow();
 
   std::vector<uint64_t> keys_;     // distinct keys, first-seen order
   std::vector<size_t> offsets_;    // offsets_[i]: first float of keys_[i] in values_
   std::vector<float> values_;
+  std::vector<EntryStats> stats_;  // parallel to keys_
   std::vector<uint32_t> slots_;    // entry index or kEmpty
   size_t mask_ = 0;
 };

@@ -95,10 +95,18 @@ Status NativeStore::PullRows(uint32_t table, const uint64_t* keys, size_t n, flo
 }
 
 Status NativeStore::PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
-                             const ApplyOptions& options) {
+                             const RowUpdate& update) {
   SparseTable* t = sparse(table);
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
-  t->Push(keys, n, grads, options);
+  t->Push(keys, n, grads, update);
+  return Status::OK();
+}
+
+Status NativeStore::RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
+                                 uint64_t cap, uint64_t* out) const {
+  SparseTable* t = sparse(table);
+  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
+  t->Staleness(keys, n, since, cap, out);
   return Status::OK();
 }
 

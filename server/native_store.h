@@ -29,7 +29,9 @@ class NativeStore : public Store {
   Status CreateTable(const StoreTableSpec& spec) override;
   Status PullRows(uint32_t table, const uint64_t* keys, size_t n, float* out) override;
   Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
-                  const ApplyOptions& options) override;
+                  const RowUpdate& update) override;
+  Status RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
+                      uint64_t cap, uint64_t* out) const override;
   Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
   Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
                     const ApplyOptions& options) override;

@@ -47,9 +47,10 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
     return InvalidArgument("server rank " + std::to_string(rank) + " is outside the shard map");
   }
   for (const config::TableConfig& t : tables) {
-    if (t.consistency.dc_lambda > 0) {
-      return InvalidArgument("table '" + t.name +
-                             "': consistency.dc_lambda (delay compensation) is not supported yet");
+    if (!(t.consistency.dc_lambda >= 0) || !std::isfinite(t.consistency.dc_lambda)) {
+      return InvalidArgument("table '" + t.name + "': consistency.dc_lambda must be >= 0 and " +
+                             "finite (0: no delay compensation), got " +
+                             std::to_string(t.consistency.dc_lambda));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -78,6 +79,7 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
       if (live_known_) tables_.back()->SetLiveWorkers(live_);
       const config::ConsistencyConfig& cc = tables[i].consistency;
       timer = timer || (cc.mode != "bsp" && cc.merge_window_us > 0);
+      has_bsp_ = has_bsp_ || cc.mode == "bsp";
     }
     table_configs_ = tables;
     OSPREY_RETURN_IF_ERROR(RestoreLocked(map));
@@ -94,6 +96,7 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
 }
 
 Status Server::RestoreLocked(const proto::ShardMap& map) {
+  restored_versions_.assign(tables_.size(), 0);
   if (!restore_dir_.empty()) {
     CheckpointMeta now;
     now.epoch = epoch_;
@@ -103,19 +106,124 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
       now.tables.push_back(map.tables(i));
       now.optimizers.push_back(OptimizerTypeName(table_configs_[i].optimizer.type));
     }
+    RestoreInfo info;
     OSPREY_ASSIGN_OR_RETURN(std::vector<uint64_t> versions,
-                            RestoreCheckpoint(restore_dir_, now, store_.get()));
-    for (size_t i = 0; i < tables_.size(); ++i) tables_[i]->set_version(versions[i]);
-    OSPREY_LOG_INFO("server {} restored checkpoint {}", rank_, restore_dir_);
+                            RestoreCheckpoint(restore_dir_, now, store_.get(), &info));
+    std::string list;
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      tables_[i]->set_version(versions[i]);
+      list += (i ? ", " : "") + tables_[i]->spec().name() + "=" + std::to_string(versions[i]);
+    }
+    restored_versions_ = versions;
+    std::string clock = info.min_clock == info.max_clock
+                            ? std::to_string(info.min_clock)
+                            : std::to_string(info.min_clock) + ".." +
+                                  std::to_string(info.max_clock) + ", NOT one cut";
+    OSPREY_LOG_INFO("server {} restored checkpoint {} ({} files, clock {}): versions [{}]", rank_,
+                    restore_dir_, info.files, clock, list);
   }
-  // Periodic checkpoints count from the (restored) versions.
+  // Periodic checkpoints count from the (restored) versions; bsp cuts from clock 0 (bsp clocks
+  // start at 0 in every job).
   uint64_t steps = 0;
   for (auto& t : tables_) steps = std::max(steps, t->version());
   if (checkpoint_.every_steps > 0) {
     next_checkpoint_step_ = (steps / checkpoint_.every_steps + 1) * checkpoint_.every_steps;
+    if (has_bsp_ && !checkpoint_.dir.empty()) {
+      cuts_[checkpoint_.every_steps].periodic = true;
+      ArmCut();
+    }
   }
   last_checkpoint_us_ = NowUs();
   return Status::OK();
+}
+
+std::vector<uint64_t> Server::restored_versions() {
+  std::lock_guard<std::mutex> work(work_mu_);
+  return restored_versions_;
+}
+
+int64_t Server::BspClock() const {
+  int64_t clock = 0;
+  for (const auto& t : tables_) {
+    if (t->bsp()) clock = std::max(clock, t->done());
+  }
+  return clock;
+}
+
+void Server::ArmCut() {
+  for (auto& t : tables_) {
+    if (!t->bsp()) continue;
+    if (cuts_.empty()) {
+      t->ClearCutClock();
+    } else {
+      t->SetCutClock(cuts_.begin()->first);
+    }
+  }
+}
+
+bool Server::CutReached(int64_t clock, bool periodic) const {
+  bool any_active = false;
+  for (const auto& t : tables_) {
+    if (!t->bsp() || !t->active()) continue;
+    any_active = true;
+    if (t->done() < clock) return false;
+  }
+  // A server whose bsp tables saw no request has their initial state at any clock; a periodic cut
+  // still waits for training to start (else it would save at once on start-up).
+  return any_active || !periodic;
+}
+
+Status Server::RequestCut(const proto::Header& h, PeerId peer, const std::string& dir) {
+  if (dir.empty()) {
+    return FailedPrecondition("no checkpoint directory (checkpoint.dir is empty and none given)");
+  }
+  const int64_t now = BspClock();
+  if (now > h.clock()) {
+    return FailedPrecondition("checkpoint cut at bsp clock " + std::to_string(h.clock()) +
+                              ": server " + std::to_string(rank_) + " already closed " +
+                              std::to_string(now) + " clocks; pick a later clock");
+  }
+  cuts_[h.clock()].waiters.push_back(CutWaiter{peer, h, dir});
+  ArmCut();
+  MaybeTakeCut();
+  return Status::OK();
+}
+
+void Server::MaybeTakeCut() {
+  while (!cuts_.empty() && CutReached(cuts_.begin()->first, cuts_.begin()->second.periodic)) {
+    const int64_t clock = cuts_.begin()->first;
+    Cut cut = std::move(cuts_.begin()->second);
+    cuts_.erase(cuts_.begin());
+    std::map<std::string, StatusOr<std::string>> written;  // by directory
+    if (cut.periodic) written.emplace(checkpoint_.dir, CheckpointLocked(checkpoint_.dir, clock));
+    for (const CutWaiter& w : cut.waiters) {
+      if (written.count(w.dir) == 0) written.emplace(w.dir, CheckpointLocked(w.dir, clock));
+    }
+    for (const auto& [dir, path] : written) {
+      if (path.ok()) {
+        OSPREY_LOG_INFO("server {}: checkpoint cut at bsp clock {} written to {}", rank_, clock,
+                        *path);
+      } else {
+        OSPREY_LOG_ERROR("checkpoint cut at bsp clock {} failed: {}", clock,
+                         path.status().ToString());
+      }
+    }
+    if (cut.periodic) cuts_[clock + checkpoint_.every_steps].periodic = true;
+    for (const CutWaiter& w : cut.waiters) {
+      const StatusOr<std::string>& path = written.at(w.dir);
+      if (!path.ok()) {
+        ReplyError(w.peer, w.request, path.status());
+        continue;
+      }
+      proto::Header reply = ReplyHeader(w.request);
+      reply.set_value_bytes(path->size());
+      Reply(w.peer, reply, Buffer::Copy(path->data(), path->size()));
+    }
+    ArmCut();
+    for (auto& t : tables_) {
+      if (t->bsp()) Release(t.get());  // close the windows the cut kept open
+    }
+  }
 }
 
 void Server::SetLiveWorkers(std::vector<int> ranks) {
@@ -128,6 +236,7 @@ void Server::SetLiveWorkers(std::vector<int> ranks) {
     t->SetLiveWorkers(live_);
     Release(t.get());
   }
+  MaybeTakeCut();
 }
 
 void Server::SetCheckpointConfig(const config::CheckpointConfig& checkpoint) {
@@ -145,7 +254,7 @@ StatusOr<std::string> Server::Checkpoint(const std::string& dir) {
   return CheckpointLocked(dir);
 }
 
-StatusOr<std::string> Server::CheckpointLocked(const std::string& dir) {
+StatusOr<std::string> Server::CheckpointLocked(const std::string& dir, int64_t clock) {
   if (dir.empty()) return FailedPrecondition("no checkpoint directory (checkpoint.dir is empty)");
   if (tables_.empty()) return FailedPrecondition("server is not active yet");
   CheckpointMeta meta;
@@ -157,13 +266,14 @@ StatusOr<std::string> Server::CheckpointLocked(const std::string& dir) {
     meta.versions.push_back(tables_[i]->version());
     meta.optimizers.push_back(OptimizerTypeName(table_configs_[i].optimizer.type));
   }
+  meta.clock = clock;
   return WriteCheckpoint(dir, meta, *store_);
 }
 
 void Server::MaybeCheckpoint() {
   if (checkpoint_.dir.empty()) return;
   bool due = false;
-  if (checkpoint_.every_steps > 0) {
+  if (checkpoint_.every_steps > 0 && !has_bsp_) {  // with bsp tables: cuts (MaybeTakeCut)
     // The busiest table: a table this server owns no part of (a small dense one) never steps.
     uint64_t steps = 0;
     for (auto& t : tables_) steps = std::max(steps, t->version());
@@ -232,6 +342,9 @@ ServerStatsSnapshot Server::stats() const {
   s.bytes_out = bytes_out_.load();
   s.pushes_applied = counters_.pushes_applied.load();
   s.pushes_dropped = counters_.pushes_dropped.load();
+  s.rows_dropped = counters_.rows_dropped.load();
+  s.dc_compensated = counters_.dc_compensated.load();
+  s.dc_uncompensated = counters_.dc_uncompensated.load();
   s.rows_skipped = counters_.rows_skipped.load();
   s.windows_applied = counters_.windows_applied.load();
   s.pulls_held = counters_.pulls_held.load();
@@ -271,7 +384,10 @@ void Server::Handle(Message&& msg) {
   std::lock_guard<std::mutex> work(work_mu_);
   Status s = Execute(*header, msg, &reply, &values, &held);
   if (s.ok() && held) {
-    tables_[header->table()]->Hold(HeldPull{std::move(msg), *header});
+    // A held pull waits in its table; a held OP_CHECKPOINT (bsp cut) is answered by MaybeTakeCut.
+    if (header->op() != proto::OP_CHECKPOINT) {
+      tables_[header->table()]->Hold(HeldPull{std::move(msg), *header});
+    }
     return;
   }
   if (!s.ok()) {
@@ -292,6 +408,11 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
     st.set_bytes_out(s.bytes_out);
     st.set_pushes_applied(s.pushes_applied);
     st.set_pushes_dropped(s.pushes_dropped);
+    st.set_rows_dropped(s.rows_dropped);
+    st.set_dc_compensated(s.dc_compensated);
+    st.set_dc_uncompensated(s.dc_uncompensated);
+    st.set_has_bsp(has_bsp_);
+    st.set_bsp_clock(BspClock());
     st.set_rows_skipped(s.rows_skipped);
     st.set_windows_applied(s.windows_applied);
     st.set_pulls_held(s.pulls_held);
@@ -304,7 +425,13 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   }
   if (h.op() == proto::OP_CHECKPOINT) {
     std::string dir(reinterpret_cast<const char*>(msg.values.data()), msg.values.size());
-    OSPREY_ASSIGN_OR_RETURN(std::string path, CheckpointLocked(dir.empty() ? checkpoint_.dir : dir));
+    if (dir.empty()) dir = checkpoint_.dir;
+    if (h.clock() > 0 && has_bsp_) {  // a bsp cut: answered when it is taken
+      OSPREY_RETURN_IF_ERROR(RequestCut(h, msg.peer, dir));
+      *held = true;
+      return Status::OK();
+    }
+    OSPREY_ASSIGN_OR_RETURN(std::string path, CheckpointLocked(dir));
     *values = Buffer::Copy(path.data(), path.size());
     reply->set_value_bytes(values->size());
     return Status::OK();
@@ -373,6 +500,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
     bool had_deadline = t.NextDeadlineUs() != TableShard::kNoDeadline;
     OSPREY_RETURN_IF_ERROR(t.Push(h, keys, n, g, NowUs()));
     Release(&t);
+    MaybeTakeCut();
     if (!had_deadline && t.NextDeadlineUs() != TableShard::kNoDeadline) timer_cv_.notify_one();
     MaybeCheckpoint();
   }
@@ -384,7 +512,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
 
 Status Server::ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,
                          Buffer* values) {
-  const TableShard& t = *tables_[h.table()];
+  TableShard& t = *tables_[h.table()];
   const uint64_t* keys = msg.keys.as<uint64_t>();
   size_t n = h.num_keys();
   uint32_t id = h.table();
@@ -397,6 +525,7 @@ Status Server::ServePull(const proto::Header& h, const Message& msg, proto::Head
   float* out = reinterpret_cast<float*>(values->mutable_data());
   OSPREY_RETURN_IF_ERROR(sparse ? store_->PullRows(id, keys, n, out)
                                 : store_->PullChunks(id, keys, n, out));
+  t.RecordPull(h, keys, n, out);  // DC-ASGD's weights at pull (no-op without dc_lambda)
   reply->set_version(t.version());
   reply->set_num_keys(0);
   reply->set_value_bytes(values->size());

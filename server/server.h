@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,11 +47,15 @@ struct ServerStatsSnapshot {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t pushes_applied = 0;   // pushes merged into applied windows
-  uint64_t pushes_dropped = 0;   // drop_above
+  uint64_t pushes_dropped = 0;   // drop_above (dense pushes; sparse pushes with every row dropped)
+  uint64_t rows_dropped = 0;     // drop_above on sparse rows (per-row staleness)
+  uint64_t dc_compensated = 0;   // DC-ASGD: rows / chunks compensated
+  uint64_t dc_uncompensated = 0; // DC-ASGD: pushed with no remembered pull
   uint64_t rows_skipped = 0;     // non_finite skip_row
   uint64_t windows_applied = 0;  // optimizer steps
   uint64_t pulls_held = 0;
-  // staleness[0]: pushes with s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds larger.
+  // staleness[0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds larger. One entry
+  // per sparse row pushed (per-row staleness) and per dense push.
   std::vector<uint64_t> staleness;
 };
 
@@ -74,14 +79,25 @@ class Server {
   void SetLiveWorkers(std::vector<int> ranks);
 
   // Checkpoints (server/checkpoint.h). Call before Activate. With `checkpoint.dir` set the server
-  // writes its file there every `every_steps` optimizer steps (counted on the table with the
-  // most) and every `every_seconds`, checked after each push; OP_CHECKPOINT writes one on demand.
+  // writes its file there every `every_steps` and every `every_seconds` (checked after each
+  // push). every_steps: when the server holds a bsp table, at the bsp clocks D = k * every_steps
+  // (a consistent cut: every server saves at done() == D of its bsp tables, which wait for the
+  // save before closing clock D); otherwise every every_steps optimizer steps of the busiest
+  // table. every_seconds is always a per-server snapshot.
+  // OP_CHECKPOINT writes one on demand: with header clock 0 (or no bsp table) at once; with
+  // header clock D > 0 and a bsp table, the reply (the file path) comes when the cut at D is
+  // taken, or an error at once when this server already closed clock D (the caller picks a
+  // later D). A cut whose clock is never reached (the job ended) is never answered.
   void SetCheckpointConfig(const config::CheckpointConfig& checkpoint);
   // Activate restores the checkpoint in `dir` (any server count) before serving anything; a bad
-  // checkpoint makes Activate fail with nothing loaded.
+  // checkpoint makes Activate fail with nothing loaded. Logs "server R restored checkpoint DIR
+  // (N files, clock C): versions [..]".
   void SetRestoreDir(const std::string& dir);
-  // Writes this server's checkpoint file into `dir` now; returns its path. Thread-safe.
+  // Writes this server's checkpoint file into `dir` now (a per-server snapshot, clock 0);
+  // returns its path. Thread-safe.
   StatusOr<std::string> Checkpoint(const std::string& dir);
+  // The versions each table started from (restored, else 0), by table id. After Activate.
+  std::vector<uint64_t> restored_versions();
 
   // Stops the transport and the timer thread; held pulls are dropped unanswered.
   void Stop();
@@ -104,7 +120,13 @@ class Server {
   // Closes due windows of `t` and answers the pulls that became ready. Called under work_mu_.
   void Release(TableShard* t);
   void TimerLoop();
-  StatusOr<std::string> CheckpointLocked(const std::string& dir);
+  StatusOr<std::string> CheckpointLocked(const std::string& dir, int64_t clock = 0);
+  // bsp cuts (see SetCheckpointConfig). Called under work_mu_.
+  Status RequestCut(const proto::Header& h, PeerId peer, const std::string& dir);
+  void ArmCut();
+  bool CutReached(int64_t clock, bool periodic) const;
+  void MaybeTakeCut();
+  int64_t BspClock() const;
   // Activate's restore from restore_dir_ (if set) and the periodic-checkpoint counters.
   Status RestoreLocked(const proto::ShardMap& map);
   // Periodic checkpoints (every_steps / every_seconds). Called under work_mu_ after a push.
@@ -138,6 +160,18 @@ class Server {
   std::string restore_dir_;                             // set before Activate
   std::vector<config::TableConfig> table_configs_;      // GUARDED_BY(work_mu_)
   uint64_t next_checkpoint_step_ = 0;                   // GUARDED_BY(work_mu_)
+  struct CutWaiter {
+    PeerId peer;
+    proto::Header request;
+    std::string dir;
+  };
+  struct Cut {
+    bool periodic = false;
+    std::vector<CutWaiter> waiters;
+  };
+  std::map<int64_t, Cut> cuts_;                         // GUARDED_BY(work_mu_), by clock
+  bool has_bsp_ = false;                                // set by Activate
+  std::vector<uint64_t> restored_versions_;             // GUARDED_BY(work_mu_)
   int64_t last_checkpoint_us_ = 0;                      // GUARDED_BY(work_mu_)
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> bad_requests_{0};

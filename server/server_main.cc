@@ -136,8 +136,13 @@ int main(int argc, char** argv) {
             ": " + std::to_string(st.staleness[i]);
   }
   OSPREY_LOG_INFO("server {}: {} optimizer steps, {} pulls held, {} pushes dropped, {} rows "
-                  "skipped; push staleness {{{}}}",
-                  rank, st.windows_applied, st.pulls_held, st.pushes_dropped, st.rows_skipped, hist);
+                  "dropped, {} rows skipped; push staleness (sparse rows, dense pushes) {{{}}}",
+                  rank, st.windows_applied, st.pulls_held, st.pushes_dropped, st.rows_dropped,
+                  st.rows_skipped, hist);
+  if (st.dc_compensated + st.dc_uncompensated > 0) {
+    OSPREY_LOG_INFO("server {}: DC-ASGD compensated {} rows/chunks, {} pushed without a "
+                    "remembered pull", rank, st.dc_compensated, st.dc_uncompensated);
+  }
   const server::DecodeStats& ds = srv.decode_stats();
   if (ds.frames.load() > 0) {
     OSPREY_LOG_INFO("server {} decoded {} compressed pushes: {} -> {} B in {:.1f} ms", rank,

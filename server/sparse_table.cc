@@ -1,5 +1,6 @@
 #include "server/sparse_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -51,6 +52,7 @@ uint32_t SparseTable::NewRow(uint64_t key) {
   uint32_t row = static_cast<uint32_t>(num_rows_);
   if (row % kRowsPerBlock == 0 && row / kRowsPerBlock == blocks_.size()) {
     blocks_.emplace_back(new float[kRowsPerBlock * row_floats_]);
+    history_.emplace_back(new uint64_t[kRowsPerBlock * kRowHistory]());
   }
   float* p = RowPtr(row);
   InitialWeights(key, p);
@@ -72,31 +74,37 @@ void SparseTable::Grow() {
   }
 }
 
-float* SparseTable::FindOrCreate(uint64_t key) {
+uint32_t SparseTable::FindOrCreateIndex(uint64_t key) {
   size_t i = SlotOf(key);
   while (true) {
     Slot& s = slots_[i];
     if (s.row == kEmpty) break;
-    if (s.key == key) return RowPtr(s.row);
+    if (s.key == key) return s.row;
     i = (i + 1) & mask_;
   }
   if ((num_rows_ + 1) * 10 > slots_.size() * 7) {
     Grow();
-    return FindOrCreate(key);
+    return FindOrCreateIndex(key);
   }
   uint32_t row = NewRow(key);
   slots_[i] = Slot{key, row};
-  return RowPtr(row);
+  return row;
 }
 
-float* SparseTable::Find(uint64_t key) const {
+float* SparseTable::FindOrCreate(uint64_t key) { return RowPtr(FindOrCreateIndex(key)); }
+
+uint32_t SparseTable::FindIndex(uint64_t key) const {
   size_t i = SlotOf(key);
   while (true) {
     const Slot& s = slots_[i];
-    if (s.row == kEmpty) return nullptr;
-    if (s.key == key) return RowPtr(s.row);
+    if (s.row == kEmpty || s.key == key) return s.row;
     i = (i + 1) & mask_;
   }
+}
+
+float* SparseTable::Find(uint64_t key) const {
+  uint32_t row = FindIndex(key);
+  return row == kEmpty ? nullptr : RowPtr(row);
 }
 
 void SparseTable::Pull(const uint64_t* keys, size_t n, float* out) {
@@ -108,12 +116,42 @@ void SparseTable::Pull(const uint64_t* keys, size_t n, float* out) {
 }
 
 void SparseTable::Push(const uint64_t* keys, size_t n, const float* grads,
-                       const ApplyOptions& options) {
+                       const RowUpdate& update) {
+  // Resolve a batch of rows (hash lookups with the two-stage prefetch), then hand the batch to
+  // the optimizer in one call, which prefetches the rows' full lines ahead of the arithmetic.
+  constexpr size_t kBatch = 64;
+  float* rows[kBatch];
+  for (size_t b = 0; b < n; b += kBatch) {
+    const size_t m = std::min(kBatch, n - b);
+    for (size_t j = 0; j < m; ++j) {
+      const size_t i = b + j;
+      if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
+      if (i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
+      const uint32_t row = FindOrCreateIndex(keys[i]);
+      rows[j] = RowPtr(row);
+      if (update.version > 0) {
+        uint64_t* h = HistoryPtr(row);
+        for (int k = kRowHistory - 1; k > 0; --k) h[k] = h[k - 1];
+        h[0] = update.version;
+      }
+    }
+    optimizer_->ApplyRows(rows, grads + b * dim_, m, dim_, update.options,
+                          update.row_options ? update.row_options + b : nullptr);
+  }
+}
+
+void SparseTable::Staleness(const uint64_t* keys, size_t n, uint64_t since, uint64_t cap,
+                            uint64_t* out) const {
   for (size_t i = 0; i < n; ++i) {
     if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
-    if (i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
-    float* row = FindOrCreate(keys[i]);
-    optimizer_->Apply(row, row + dim_, grads + i * dim_, dim_, options);
+    const uint32_t row = FindIndex(keys[i]);
+    uint64_t s = 0;
+    if (row != kEmpty) {
+      const uint64_t* h = HistoryPtr(row);
+      while (s < static_cast<uint64_t>(kRowHistory) && h[s] > since) ++s;
+      if (s == static_cast<uint64_t>(kRowHistory)) s = std::max<uint64_t>(s, cap);
+    }
+    out[i] = s;
   }
 }
 

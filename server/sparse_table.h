@@ -4,6 +4,10 @@
 // in table `table_id` is a pure function of (init.seed, table_id, key, i), so any server (or a
 // restore onto another server count) produces the same initial row.
 //
+// Each row also remembers the table versions of its last kRowHistory updates (store.h), in a
+// parallel array indexed like the rows (32 bytes per row, not part of the row's record, so not
+// checkpointed), for per-row staleness.
+//
 // Thread-safety: none (one caller at a time).
 #pragma once
 
@@ -13,6 +17,7 @@
 
 #include "common/config/job_config.h"
 #include "server/optim/optimizer.h"
+#include "server/store.h"
 
 namespace osprey::server {
 
@@ -27,8 +32,12 @@ class SparseTable {
 
   // Copies the weights of each key's row into out[i*dim] (creating rows as needed).
   void Pull(const uint64_t* keys, size_t n, float* out);
-  // One optimizer step per key with grads[i*dim].
-  void Push(const uint64_t* keys, size_t n, const float* grads, const ApplyOptions& options);
+  // One optimizer step per key with grads[i*dim] (rows resolved in batches, then one
+  // Optimizer::ApplyRows per batch); records update.version as the rows' latest update.
+  void Push(const uint64_t* keys, size_t n, const float* grads, const RowUpdate& update);
+  // Per-row staleness of keys since table version `since`: see Store::RowStaleness.
+  void Staleness(const uint64_t* keys, size_t n, uint64_t since, uint64_t cap,
+                 uint64_t* out) const;
 
   // The row of `key` (weights then state), created if missing. Valid until the table dies.
   float* FindOrCreate(uint64_t key);
@@ -67,11 +76,18 @@ class SparseTable {
     const float* r = RowPtr(s.row);
     __builtin_prefetch(r);
     if (row_floats_ > 16) __builtin_prefetch(r + 16);
+    __builtin_prefetch(HistoryPtr(s.row), 1);  // Push records the update there
   }
   float* RowPtr(uint32_t row) const {
     return blocks_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_floats_;
   }
+  // The kRowHistory update versions of row `row`, newest first (0: none).
+  uint64_t* HistoryPtr(uint32_t row) const {
+    return history_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * kRowHistory;
+  }
   uint32_t NewRow(uint64_t key);
+  uint32_t FindOrCreateIndex(uint64_t key);
+  uint32_t FindIndex(uint64_t key) const;  // kEmpty when missing
   void Grow();
 
   const uint32_t table_id_;
@@ -83,6 +99,7 @@ class SparseTable {
   size_t mask_ = 0;
   uint64_t num_rows_ = 0;
   std::vector<std::unique_ptr<float[]>> blocks_;
+  std::vector<std::unique_ptr<uint64_t[]>> history_;  // per block: kRowHistory per row
 };
 
 }  // namespace osprey::server

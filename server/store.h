@@ -25,6 +25,19 @@
 
 namespace osprey::server {
 
+// What one optimizer step on sparse rows (Store::PushRows) applies besides the gradients.
+struct RowUpdate {
+  RowUpdate(const ApplyOptions& o = ApplyOptions{}) : options(o) {}  // NOLINT: implicit on purpose
+  ApplyOptions options;                        // every row, unless row_options is set
+  const ApplyOptions* row_options = nullptr;   // n entries, one per key (per-row staleness policies)
+  // The table version this step creates (TableShard::version() after it). When > 0 it is
+  // recorded as the rows' latest update, which RowStaleness counts; 0 records nothing.
+  uint64_t version = 0;
+};
+
+// Rows of update history kept per sparse row (see Store::RowStaleness).
+constexpr int kRowHistory = 4;
+
 struct StoreTableSpec {
   uint32_t id = 0;
   config::TableConfig config;
@@ -44,7 +57,15 @@ class Store {
   // Duplicate keys in one call are applied in order (one step each); callers that want one
   // merged step per key merge first.
   virtual Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
-                          const ApplyOptions& options) = 0;
+                          const RowUpdate& update) = 0;
+  // Per-row staleness: out[i] = the number of PushRows calls with a version > `since` that
+  // updated the row of keys[i]. Each row remembers the versions of its last kRowHistory updates
+  // (not checkpointed: a restored row has no history), so the count is exact below
+  // kRowHistory; when all remembered updates are newer than `since` the row was updated at
+  // least kRowHistory times and out[i] = max(kRowHistory, cap) (the caller passes the table's
+  // staleness, an upper bound). A row that does not exist yet gives 0. Creates nothing.
+  virtual Status RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
+                              uint64_t cap, uint64_t* out) const = 0;
 
   // Dense: `chunks` are chunk ids; values are the chunks' floats concatenated in that order.
   virtual Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) = 0;

@@ -28,7 +28,12 @@ TableShard::TableShard(uint32_t id, const proto::TableSpec& spec, const config::
       num_chunks_(num_chunks),
       mode_(ParseMode(config.consistency.mode)),
       store_(store),
-      counters_(counters) {}
+      counters_(counters) {
+  if (cc_.dc_lambda > 0) {
+    dc_ = std::make_unique<DelayCompensation>(cc_.dc_lambda, sparse(),
+                                              [this](uint64_t key) { return Width(key); });
+  }
+}
 
 size_t TableShard::Width(uint64_t key) const {
   return sparse() ? spec_.dim() : store_->ChunkFloats(id_, key);
@@ -73,8 +78,59 @@ Status TableShard::CheckFinite(const uint64_t* keys, size_t n, const float* g,
 }
 
 Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* g,
-                              const ApplyOptions& o) {
-  return sparse() ? store_->PushRows(id_, keys, n, g, o) : store_->PushChunks(id_, keys, n, g, o);
+                              const ApplyOptions& o, const ApplyOptions* row_options) {
+  if (!sparse()) return store_->PushChunks(id_, keys, n, g, o);
+  RowUpdate u(o);
+  u.row_options = row_options;
+  u.version = version_ + 1;  // the version this step creates: the rows' latest update
+  return store_->PushRows(id_, keys, n, g, u);
+}
+
+Status TableShard::RowPolicies(const proto::Header& h, uint64_t s, const uint64_t** keys,
+                               size_t* n, const float** g) {
+  row_s_.resize(*n);
+  OSPREY_RETURN_IF_ERROR(store_->RowStaleness(id_, *keys, *n, h.version(), s, row_s_.data()));
+  uint64_t hist[ServerCounters::kStalenessBuckets] = {};
+  size_t dropped = 0;
+  for (size_t i = 0; i < *n; ++i) {
+    ++hist[StalenessBucket(row_s_[i])];
+    if (cc_.drop_above >= 0 && row_s_[i] > static_cast<uint64_t>(cc_.drop_above)) ++dropped;
+  }
+  for (int b = 0; b < ServerCounters::kStalenessBuckets; ++b) {
+    if (hist[b] > 0) counters_->staleness[b].fetch_add(hist[b], std::memory_order_relaxed);
+  }
+  if (dropped == 0) return Status::OK();
+  counters_->rows_dropped.fetch_add(dropped, std::memory_order_relaxed);
+  const size_t dim = spec_.dim();
+  kept_keys_.clear();
+  kept_g_.clear();
+  size_t kept = 0;
+  for (size_t i = 0; i < *n; ++i) {
+    if (row_s_[i] > static_cast<uint64_t>(cc_.drop_above)) continue;
+    kept_keys_.push_back((*keys)[i]);
+    kept_g_.insert(kept_g_.end(), *g + i * dim, *g + (i + 1) * dim);
+    row_s_[kept++] = row_s_[i];
+  }
+  row_s_.resize(kept);
+  *keys = kept_keys_.data();
+  *g = kept_g_.data();
+  *n = kept;
+  return Status::OK();
+}
+
+const ApplyOptions* TableShard::RowOptions(const MergeBuffer& b, float grad_scale) {
+  row_opts_.resize(b.num_keys());
+  const MergeBuffer::EntryStats* st = b.stats();
+  for (size_t i = 0; i < b.num_keys(); ++i) {
+    row_opts_[i] = Options(static_cast<int>(st[i].adds), st[i].lr_weight_sum, st[i].staleness_sum);
+    row_opts_[i].grad_scale = grad_scale;
+  }
+  return row_opts_.data();
+}
+
+void TableShard::RecordPull(const proto::Header& h, const uint64_t* keys, size_t n,
+                            const float* values) {
+  if (dc_) dc_->RecordPull(h.worker_rank(), keys, n, values);
 }
 
 Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
@@ -82,16 +138,52 @@ Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, 
   bool any_bad = false;
   OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
   if (mode_ != kAsync) Progress(h.worker_rank(), h.clock() + 1);
-  uint64_t s = Staleness(h);
-  counters_->staleness[StalenessBucket(s)].fetch_add(1, std::memory_order_relaxed);
-  if (cc_.drop_above >= 0 && s > static_cast<uint64_t>(cc_.drop_above)) {
-    counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
-    return Status::OK();
+  if (dc_) {  // DC-ASGD: compensate against the weights now, before anything else uses g
+    size_t floats = 0;
+    for (size_t i = 0; i < n; ++i) floats += Width(keys[i]);
+    dc_w_.resize(floats);
+    dc_g_.resize(floats);
+    OSPREY_RETURN_IF_ERROR(sparse() ? store_->PullRows(id_, keys, n, dc_w_.data())
+                                    : store_->PullChunks(id_, keys, n, dc_w_.data()));
+    const DelayCompensation::Counts before = dc_->counts();
+    dc_->Compensate(h.worker_rank(), keys, n, g, dc_w_.data(), dc_g_.data());
+    counters_->dc_compensated.fetch_add(dc_->counts().compensated - before.compensated,
+                                        std::memory_order_relaxed);
+    counters_->dc_uncompensated.fetch_add(dc_->counts().uncompensated - before.uncompensated,
+                                          std::memory_order_relaxed);
+    g = dc_g_.data();
   }
-  double lr_weight = 1.0 / std::max<double>(1.0, static_cast<double>(s));
+  const uint64_t s = Staleness(h);
+  // Sparse pushes based on an old version get per-row staleness; with s = 0 every row has 0.
+  const bool per_row = sparse() && s > 0;
+  if (per_row) {
+    OSPREY_RETURN_IF_ERROR(RowPolicies(h, s, &keys, &n, &g));
+    if (n == 0) {
+      counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+      return Status::OK();
+    }
+  } else {
+    counters_->staleness[StalenessBucket(s)].fetch_add(sparse() ? n : 1,
+                                                       std::memory_order_relaxed);
+    if (cc_.drop_above >= 0 && s > static_cast<uint64_t>(cc_.drop_above)) {
+      counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+      return Status::OK();
+    }
+  }
+  auto weight = [](uint64_t st) { return 1.0 / std::max<double>(1.0, static_cast<double>(st)); };
+  const double lr_weight = weight(s);
   if (mode_ != kBsp && cc_.merge_max_pushes == 1 && !any_bad) {
     // A window of one push: apply in place, no merge buffer.
-    OSPREY_RETURN_IF_ERROR(StoreApply(keys, n, g, Options(1, lr_weight, static_cast<double>(s))));
+    const ApplyOptions* row_options = nullptr;
+    if (per_row) {
+      row_opts_.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        row_opts_[i] = Options(1, weight(row_s_[i]), static_cast<double>(row_s_[i]));
+      }
+      row_options = row_opts_.data();
+    }
+    OSPREY_RETURN_IF_ERROR(
+        StoreApply(keys, n, g, Options(1, lr_weight, static_cast<double>(s)), row_options));
     ++version_;
     counters_->pushes_applied.fetch_add(1, std::memory_order_relaxed);
     counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
@@ -109,10 +201,16 @@ Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, 
   ++w.pushes;
   w.lr_weight_sum += lr_weight;
   w.staleness_sum += static_cast<double>(s);
+  w.any_stale = w.any_stale || per_row;
+  constexpr size_t kPrefetchAhead = 8;
   for (size_t i = 0, off = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) w.buffer.Prefetch(keys[i + kPrefetchAhead]);
     size_t width = Width(keys[i]);
     if (any_bad && !AllFinite(g + off, width)) {
       counters_->rows_skipped.fetch_add(1, std::memory_order_relaxed);
+    } else if (per_row) {
+      w.buffer.Add(keys[i], g + off, width, static_cast<float>(weight(row_s_[i])),
+                   static_cast<float>(row_s_[i]));
     } else {
       w.buffer.Add(keys[i], g + off, width);
     }
@@ -123,9 +221,17 @@ Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, 
 
 Status TableShard::ApplyWindow(Window* w) {
   if (w->pushes == 0) return Status::OK();
-  if (cc_.merge_reduce == "mean" && w->pushes > 1) w->buffer.Scale(1.0f / w->pushes);
-  Status s = StoreApply(w->buffer.keys(), w->buffer.num_keys(), w->buffer.values(),
-                        Options(w->pushes, w->lr_weight_sum, w->staleness_sum));
+  // The mean is applied as the optimizer reads the gradient (ApplyOptions::grad_scale, same
+  // bits as scaling the buffer first), saving a pass over the merged gradients.
+  const float mean = cc_.merge_reduce == "mean" && w->pushes > 1 ? 1.0f / w->pushes : 1.0f;
+  // Sparse windows with a stale push: per-row options (only when a policy reads staleness).
+  const bool policies = cc_.lr_scale == "inverse" || (cc_.momentum_decay && momentum_ > 0);
+  const ApplyOptions* row_options =
+      sparse() && w->any_stale && policies ? RowOptions(w->buffer, mean) : nullptr;
+  ApplyOptions shared = Options(w->pushes, w->lr_weight_sum, w->staleness_sum);
+  shared.grad_scale = mean;
+  Status s = StoreApply(w->buffer.keys(), w->buffer.num_keys(), w->buffer.values(), shared,
+                        row_options);
   ++version_;
   counters_->pushes_applied.fetch_add(w->pushes, std::memory_order_relaxed);
   counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
@@ -133,6 +239,7 @@ Status TableShard::ApplyWindow(Window* w) {
   w->pushes = 0;
   w->lr_weight_sum = 0;
   w->staleness_sum = 0;
+  w->any_stale = false;
   return s;
 }
 
@@ -168,14 +275,16 @@ Status TableShard::Advance(int64_t now_us, std::vector<HeldPull>* ready) {
   if (mode_ == kBsp) {
     int64_t target = Slowest();
     bool nobody = target == std::numeric_limits<int64_t>::max();
-    while (!windows_.empty() && (nobody || windows_.begin()->first < target)) {
+    // A checkpoint cut at clock cut_clock_ keeps windows from that clock on open.
+    while (!windows_.empty() && (nobody || windows_.begin()->first < target) &&
+           windows_.begin()->first < cut_clock_) {
       Status s = ApplyWindow(&windows_.begin()->second);
       if (first.ok()) first = s;
       done_ = std::max(done_, windows_.begin()->first + 1);
       if (spare_.size() < 2) spare_.push_back(std::move(windows_.begin()->second.buffer));
       windows_.erase(windows_.begin());
     }
-    if (!nobody) done_ = std::max(done_, target);
+    if (!nobody) done_ = std::max(done_, std::min(target, cut_clock_));
   } else if (!windows_.empty()) {
     Window& w = windows_.begin()->second;
     bool full = w.pushes >= cc_.merge_max_pushes;

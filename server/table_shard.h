@@ -22,24 +22,45 @@
 // coordinator's per-worker clock in ClusterState is not used (it can run ahead of the pushes in
 // flight, which would close a window early).
 //
-// Limits: per-table staleness, not per-row; bsp/ssp clocks start at 0 (a restored job's workers
-// start their steps at 0 again); an async/ssp window with merge_max_pushes > 1 and no
-// merge_window_us stays open until enough pushes arrive (ssp: or a held pull is released).
+// Limits: bsp/ssp clocks start at 0 (a restored job's workers start their steps at 0 again); an
+// async/ssp window with merge_max_pushes > 1 and no merge_window_us stays open until enough
+// pushes arrive (ssp: or a held pull is released).
 // A closed window is ONE optimizer step on the merged gradient: the sum over its pushes divided
 // by the number of pushes in it (merge_reduce mean; a key absent from a push counts as a zero
 // gradient, i.e. the gradient of the mean loss over all workers' batches) or the plain sum.
 //
-// Staleness of a push: s = version() - header.version (0 if the push is newer), where version()
-// counts this shard's applied windows; per table shard, not per row (rows carry no version).
-// Policies of the window's step, over its n pushes with staleness s_i:
-//   lr_scale inverse   ApplyOptions.lr_scale = (1/n) sum_i 1/max(1, s_i)  (lr / max(1, s) for n=1)
-//   momentum_decay     s_mean = (1/n) sum_i s_i, mu_eff = max(0, mu - s_mean / (s_mean + 1)),
+// Staleness. version() counts this shard's applied windows; a push carries header.version, the
+// version its worker last pulled (the reply's version).
+//   dense tables (per table):  s = version() - header.version (0 if the push is newer).
+//   sparse tables (per row):   s_row = the number of applied windows that updated THIS row since
+//     header.version, from the last kRowHistory (4) update versions each row keeps
+//     (Store::RowStaleness): exact for 0..3; a row updated at least 4 times since then gets
+//     max(4, table's s) (the table's s is an upper bound; hot rows are updated in nearly every
+//     window, so it is close).
+//     Rows not updated since the worker's pull get s_row = 0 whatever the table did meanwhile.
+//     Rows restored from a checkpoint have no history (s_row = 0 until updated again).
+// The staleness histogram (ServerCounters::staleness) counts one entry per sparse ROW pushed and
+// one per dense PUSH.
+// Policies of the window's step:
+//   lr_scale inverse   dense: ApplyOptions.lr_scale = (1/n) sum_i 1/max(1, s_i) over the window's
+//                      n pushes (lr / max(1, s) for n = 1). sparse: per row, the mean of
+//                      1/max(1, s_row) over the pushes that carried the row.
+//   momentum_decay     s_mean = mean staleness (dense: over the window's pushes; sparse: per row
+//                      over the pushes that carried it), mu_eff = max(0, mu - s_mean/(s_mean+1)),
 //                      ApplyOptions.momentum_scale = mu_eff / mu
-//   drop_above N       a push with s > N is not merged (reply OK, counted as dropped); it still
-//                      advances the worker's clock
-//   dc_lambda          not implemented: Server::Activate refuses dc_lambda > 0
+//   drop_above N       dense: a push with s > N is not merged (reply OK, counted in
+//                      pushes_dropped). sparse: rows with s_row > N are left out (rows_dropped);
+//                      a push whose every row is dropped also counts in pushes_dropped. Either
+//                      way the push still advances the worker's clock.
+//   dc_lambda L > 0    DC-ASGD (delay_compensation.h): each push's gradient is replaced, before
+//                      staleness and merging, by g + L * g * g * (w_now - w_at_pull) per element,
+//                      w_at_pull being what this shard served the pushing worker at its last pull
+//                      of the key (RecordPull); keys with no remembered pull are not compensated.
 // Non-finite gradients: reject (the push is refused naming the key, nothing merged) or skip_row
 // (sparse rows / dense chunks with a non-finite value are left out of the merge and counted).
+//
+// Checkpoint cut (bsp): SetCutClock(D) keeps the shard from closing the window of clock D or
+// later (done() stays <= D) until the server has saved its state at done() == D and cleared it.
 //
 // Thread-safety: none; the server calls every method under its work lock.
 #pragma once
@@ -49,6 +70,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -56,6 +78,7 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "proto/wire.h"
+#include "server/delay_compensation.h"
 #include "server/merge_buffer.h"
 #include "server/store.h"
 
@@ -66,6 +89,9 @@ struct ServerCounters {
   static constexpr int kStalenessBuckets = 16;  // 0: s = 0; i >= 1: s in [2^(i-1), 2^i)
   std::atomic<uint64_t> pushes_applied{0};
   std::atomic<uint64_t> pushes_dropped{0};
+  std::atomic<uint64_t> rows_dropped{0};  // sparse rows left out by drop_above
+  std::atomic<uint64_t> dc_compensated{0};    // DC-ASGD rows / chunks compensated
+  std::atomic<uint64_t> dc_uncompensated{0};  // DC-ASGD: pushed with no remembered pull
   std::atomic<uint64_t> rows_skipped{0};
   std::atomic<uint64_t> windows_applied{0};
   std::atomic<uint64_t> pulls_held{0};
@@ -106,6 +132,21 @@ class TableShard {
   // ranks: the live workers. Takes effect at the next Advance.
   void SetLiveWorkers(const std::vector<int>& ranks);
 
+  // DC-ASGD: remembers the `n` keys' floats `values` just served to the pull `h` (no-op unless
+  // dc_lambda > 0). Call after every answered pull.
+  void RecordPull(const proto::Header& h, const uint64_t* keys, size_t n, const float* values);
+  // DC-ASGD counters; null when dc_lambda is 0.
+  const DelayCompensation* delay_compensation() const { return dc_.get(); }
+
+  // bsp checkpoint cut: windows of clock >= `clock` stay open (done() <= clock) until
+  // ClearCutClock. No effect in ssp/async.
+  void SetCutClock(int64_t clock) { cut_clock_ = clock; }
+  void ClearCutClock() { cut_clock_ = std::numeric_limits<int64_t>::max(); }
+  bool bsp() const { return mode_ == 0; }
+  // Whether any worker has sent this shard a clocked request (a bsp shard that saw none never
+  // moves and is not waited for by a checkpoint cut).
+  bool active() const { return !progress_.empty(); }
+
   const proto::TableSpec& spec() const { return spec_; }
   uint64_t num_chunks() const { return num_chunks_; }
   uint64_t version() const { return version_; }
@@ -119,6 +160,7 @@ class TableShard {
     int pushes = 0;
     double lr_weight_sum = 0;  // sum of 1 / max(1, s_i)
     double staleness_sum = 0;
+    bool any_stale = false;  // some push had s > 0 (sparse: per-row options needed)
     int64_t first_us = 0;
   };
 
@@ -126,8 +168,16 @@ class TableShard {
   size_t Width(uint64_t key) const;
   uint64_t Staleness(const proto::Header& h) const;
   ApplyOptions Options(int pushes, double lr_weight_sum, double staleness_sum) const;
+  // Sparse per-row staleness policies for a push of table staleness s > 0: fills row_s_ and
+  // compacts keys / g (into kept_keys_ / kept_g_) when drop_above leaves rows out. Returns the
+  // number of rows kept.
+  Status RowPolicies(const proto::Header& h, uint64_t s, const uint64_t** keys, size_t* n,
+                     const float** g);
+  // Per-row options of a window's rows from the merge buffer's entry stats.
+  const ApplyOptions* RowOptions(const MergeBuffer& b, float grad_scale);
   Status CheckFinite(const uint64_t* keys, size_t n, const float* g, bool* any_bad) const;
-  Status StoreApply(const uint64_t* keys, size_t n, const float* g, const ApplyOptions& o);
+  Status StoreApply(const uint64_t* keys, size_t n, const float* g, const ApplyOptions& o,
+                    const ApplyOptions* row_options = nullptr);
   Status ApplyWindow(Window* w);
   void Progress(int worker, int64_t clock);
   // Progress of the slowest live worker; max() when there is none.
@@ -150,6 +200,13 @@ class TableShard {
   std::vector<int> live_;
   bool live_known_ = false;
   std::vector<HeldPull> held_;
+  int64_t cut_clock_ = std::numeric_limits<int64_t>::max();
+  std::unique_ptr<DelayCompensation> dc_;  // dc_lambda > 0
+  // Scratch of Push / ApplyWindow, kept to avoid allocating per push.
+  std::vector<float> dc_g_, dc_w_;
+  std::vector<uint64_t> row_s_, kept_keys_;
+  std::vector<float> kept_g_;
+  std::vector<ApplyOptions> row_opts_;
 };
 
 }  // namespace osprey::server

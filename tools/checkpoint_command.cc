@@ -1,11 +1,36 @@
 // `osprey checkpoint`: on-demand checkpoint of a running job, through its coordinator.
+//
+// The coordinator gives the live servers. When any server holds a bsp table the checkpoint is a
+// cut at one clock (server/checkpoint.h): each server's OP_SERVER_STATS gives the bsp clocks it
+// closed; the cut clock D = 1 + the highest of them; every server gets OP_CHECKPOINT with clock D
+// at once (one thread per server) and answers when its bsp tables closed exactly D clocks. A
+// server that already passed D (the job moved on between the two rounds) answers an error; then
+// the whole round is retried with a later D (3 attempts). Without bsp tables each server writes
+// its own snapshot when the request reaches it.
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "coordinator/coordinator_client.h"
 #include "coordinator/rpc_client.h"
 #include "tools/commands.h"
 
 namespace osprey::tools {
+namespace {
+
+// One request to one server over a fresh connection.
+Status CallServer(const std::string& endpoint, proto::Op op, const std::string& payload,
+                  google::protobuf::MessageLite* reply, int timeout_ms, int64_t clock) {
+  auto st = MakeTransport(TransportOptions{});
+  if (!st.ok()) return st.status();
+  auto rpc = coordinator::RpcClient::Create(std::move(*st), endpoint);
+  if (!rpc.ok()) return rpc.status();
+  Status s = (*rpc)->CallRaw(op, payload, reply, timeout_ms, clock);
+  (*rpc)->Stop();
+  return s;
+}
+
+}  // namespace
 
 int RunCheckpoint(const std::string& coordinator, const std::string& dir, int timeout_ms) {
   auto transport = MakeTransport(TransportOptions{});
@@ -35,35 +60,70 @@ int RunCheckpoint(const std::string& coordinator, const std::string& dir, int ti
                  ranked, state->num_servers());
     return 1;
   }
-  int asked = 0, failed = 0;
+  std::vector<proto::NodeState> servers;
+  int failed = 0;
   for (const proto::NodeState& node : state->nodes()) {
     if (node.role() != proto::ROLE_SERVER) continue;
-    std::string who = "server " + std::to_string(node.rank()) + " (" + node.endpoint() + ")";
     if (!node.alive()) {
-      std::fprintf(stderr, "osprey checkpoint: %s is dead; its shards are not saved\n", who.c_str());
+      std::fprintf(stderr, "osprey checkpoint: server %d (%s) is dead; its shards are not saved\n",
+                   node.rank(), node.endpoint().c_str());
       ++failed;
       continue;
     }
-    ++asked;
-    auto st = MakeTransport(TransportOptions{});
-    Status s = st.status();
-    if (s.ok()) {
-      auto rpc = coordinator::RpcClient::Create(std::move(*st), node.endpoint());
-      s = rpc.ok() ? (*rpc)->CallRaw(proto::OP_CHECKPOINT, dir, nullptr, timeout_ms) : rpc.status();
-      if (rpc.ok()) (*rpc)->Stop();
-    }
-    if (!s.ok()) {
-      std::fprintf(stderr, "osprey checkpoint: %s: %s\n", who.c_str(), s.ToString().c_str());
-      ++failed;
-    } else {
-      std::printf("%s: checkpoint written\n", who.c_str());
-    }
+    servers.push_back(node);
   }
-  if (asked == 0 && failed == 0) {
-    std::fprintf(stderr, "osprey checkpoint: the coordinator knows no servers (yet)\n");
+  if (servers.empty()) {
+    std::fprintf(stderr, "osprey checkpoint: the coordinator knows no live servers (yet)\n");
     return 1;
   }
-  return failed == 0 ? 0 : 1;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    // Round 1: the bsp clocks the servers closed (0 and no cut when no server holds bsp).
+    int64_t clock = 0;
+    for (const proto::NodeState& node : servers) {
+      proto::ServerStats st;
+      Status s = CallServer(node.endpoint(), proto::OP_SERVER_STATS, "", &st, timeout_ms, 0);
+      if (!s.ok()) {
+        std::fprintf(stderr, "osprey checkpoint: server %d: %s\n", node.rank(), s.ToString().c_str());
+        return 1;
+      }
+      if (st.has_bsp()) clock = std::max(clock, st.bsp_clock() + 1);
+    }
+    // Round 2: every server at once.
+    std::vector<Status> results(servers.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < servers.size(); ++i) {
+      threads.emplace_back([&, i] {
+        results[i] = CallServer(servers[i].endpoint(), proto::OP_CHECKPOINT, dir, nullptr,
+                                timeout_ms, clock);
+      });
+    }
+    for (auto& t : threads) t.join();
+    bool passed = false;
+    int errors = 0;
+    for (size_t i = 0; i < servers.size(); ++i) {
+      const Status& s = results[i];
+      if (s.ok()) continue;
+      ++errors;
+      passed = passed || s.message().find("already closed") != std::string::npos;
+      std::fprintf(stderr, "osprey checkpoint: server %d (%s): %s\n", servers[i].rank(),
+                   servers[i].endpoint().c_str(), s.ToString().c_str());
+    }
+    if (errors == 0) {
+      for (const proto::NodeState& node : servers) {
+        if (clock > 0) {
+          std::printf("server %d (%s): checkpoint written (bsp cut at clock %lld)\n", node.rank(),
+                      node.endpoint().c_str(), static_cast<long long>(clock));
+        } else {
+          std::printf("server %d (%s): checkpoint written\n", node.rank(), node.endpoint().c_str());
+        }
+      }
+      return failed == 0 ? 0 : 1;
+    }
+    if (!passed) return 1;
+    std::fprintf(stderr, "osprey checkpoint: retrying with a later clock\n");
+  }
+  std::fprintf(stderr, "osprey checkpoint: the job kept passing the chosen clock; gave up\n");
+  return 1;
 }
 
 }  // namespace osprey::tools

@@ -45,6 +45,7 @@ class Launcher {
  private:
   int Prepare();  // 0, or the exit code
   Status PrepareLogDir();
+  Status CheckRestoreDir();
   Status StartChildren();
   Status StartChild(const std::string& name, const std::string& binary,
                     std::vector<std::string> args, FILE* pids);
@@ -64,6 +65,7 @@ class Launcher {
   std::string endpoint_;
   std::string bin_dir_;
   std::string log_dir_;
+  std::string restore_dir_;  // absolute --restore DIR, or ""
   ChildSet children_;
   size_t coordinator_ = 0;  // index in children_
   std::unique_ptr<coordinator::CoordinatorClient> client_;
@@ -116,6 +118,12 @@ int Launcher::Prepare() {
       return kExitSetup;
     }
   }
+  if (!o_.restore_dir.empty()) {
+    if (Status st = CheckRestoreDir(); !st.ok()) {
+      std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
+      return kExitSetup;
+    }
+  }
   if (Status st = PrepareLogDir(); !st.ok()) {
     std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
     return kExitSetup;
@@ -126,6 +134,33 @@ int Launcher::Prepare() {
                config_.cluster.num_servers, config_.cluster.num_workers, endpoint_.c_str(),
                log_dir_.c_str());
   return 0;
+}
+
+// Only what the launcher can see cheaply: the directory and its file names. The servers verify
+// every byte (and refuse a corrupt checkpoint) before loading anything.
+Status Launcher::CheckRestoreDir() {
+  std::error_code ec;
+  restore_dir_ = std::filesystem::absolute(o_.restore_dir, ec).string();
+  if (ec) restore_dir_ = o_.restore_dir;
+  if (!std::filesystem::is_directory(restore_dir_, ec)) {
+    return NotFound("--restore " + o_.restore_dir + ": no such directory");
+  }
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(restore_dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("server-", 0) == 0 && name.size() > 5 &&
+        name.compare(name.size() - 5, 5, ".ckpt") == 0) {
+      ++files;
+    }
+  }
+  if (ec) return Unavailable("--restore " + o_.restore_dir + ": " + ec.message());
+  if (files == 0) {
+    return NotFound("--restore " + o_.restore_dir +
+                    ": no checkpoint files (server-R-of-N.ckpt) in it");
+  }
+  std::fprintf(stderr, "osprey launch: servers restore from %s (%d checkpoint files)\n",
+               restore_dir_.c_str(), files);
+  return Status::OK();
 }
 
 Status Launcher::PrepareLogDir() {
@@ -158,9 +193,11 @@ Status Launcher::StartChildren() {
   OSPREY_RETURN_IF_ERROR(
       StartChild("coordinator-0", bin_dir_ + "/osprey-coordinator", args, pids.get()));
   coordinator_ = children_.size() - 1;
+  std::vector<std::string> server_args = common;
+  if (!restore_dir_.empty()) server_args.insert(server_args.end(), {"--restore", restore_dir_});
   for (int i = 0; i < config_.cluster.num_servers; ++i) {
     OSPREY_RETURN_IF_ERROR(StartChild("server-" + std::to_string(i),
-                                      bin_dir_ + "/osprey-server", common, pids.get()));
+                                      bin_dir_ + "/osprey-server", server_args, pids.get()));
   }
   for (int i = 0; i < config_.cluster.num_workers; ++i) {
     OSPREY_RETURN_IF_ERROR(StartChild("worker-" + std::to_string(i),

@@ -6,8 +6,9 @@
 //     returns 2 before anything starts; so do missing binaries or an unusable log dir.
 //  2. Pick the coordinator endpoint: when cluster.coordinator has port 0, a free loopback port
 //     (bind port 0, read it, close). Every child gets `--set cluster.coordinator=<endpoint>`.
-//  3. Start osprey-coordinator, then num_servers x osprey-server, then num_workers x
-//     osprey-worker, each `--config CONFIG [--set ...]`, found in --bin-dir or next to this binary.
+//  3. Start osprey-coordinator, then num_servers x osprey-server (with `--restore DIR` when
+//     --restore is given), then num_workers x osprey-worker, each `--config CONFIG [--set ...]`,
+//     found in --bin-dir or next to this binary.
 //     Each child logs to LOG_DIR/<role>-<i>.log (coordinator-0.log, server-1.log, ...); their
 //     pids go to LOG_DIR/pids.txt ("<role>-<i> <pid>" per line) as they start. The coordinator
 //     also gets `--final-state LOG_DIR/final_state.pb` (see coordinator/final_state.h).
@@ -37,6 +38,11 @@ struct LaunchOptions {
   std::string report_json;        // "": no JSON report
   std::string log_dir;            // "": a fresh /tmp/osprey-launch-XXXXXX (printed)
   std::string bin_dir;            // "": the directory of this executable
+  // "": a fresh job. Otherwise a checkpoint directory (server-R-of-N.ckpt files, any N) passed
+  // to every server as --restore DIR; a missing directory or one with no checkpoint files is a
+  // setup error (2, nothing started); a corrupt checkpoint makes the servers fail (1, the
+  // failing server's log tail names the file and the problem).
+  std::string restore_dir;
   bool quiet = false;
   int stall_timeout_s = 300;
   int poll_interval_ms = 500;

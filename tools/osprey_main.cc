@@ -1,6 +1,6 @@
 // osprey: the front door.
 //   osprey launch CONFIG [--set k=v]... [--report-json PATH] [--log-dir DIR] [--bin-dir DIR]
-//                 [--quiet] [--stall-timeout SECONDS]
+//                 [--restore DIR] [--quiet] [--stall-timeout SECONDS]
 //   osprey bench WHAT [ARGS...]
 //   osprey doctor [--bin-dir DIR]
 //   osprey checkpoint --coordinator ENDPOINT [--dir DIR] [--timeout-ms MS]
@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
                          "directory for the processes' logs (default: a fresh temp dir)");
   launch_cmd->add_option("--bin-dir", launch.bin_dir,
                          "where the osprey-* binaries are (default: next to this one)");
+  launch_cmd->add_option("--restore", launch.restore_dir,
+                         "resume from this checkpoint directory (passed to every server; the "
+                         "checkpoint may come from another server count)");
   launch_cmd->add_flag("--quiet", launch.quiet, "no progress line");
   launch_cmd->add_option("--stall-timeout", launch.stall_timeout_s,
                          "fail when nothing moved for this many seconds (0: never)")

@@ -9,6 +9,7 @@
 // optimizer step (rows applied x (weights + state read and written + gradient read)).
 //
 // Usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] [--json PATH]
+//                            [--optimizer sgd|adagrad|adam|ftrl] [--dim 16|64]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +31,8 @@ struct Options {
   int pushes = 16;         // per timed pass
   int runs = 5;
   std::string json;
+  std::string optimizer;  // "": all
+  int dim = 0;            // 0: 16 and 64
 };
 
 struct Result {
@@ -100,7 +103,8 @@ double RunCase(OptimizerType type, int dim, int per_window, const Options& o, do
 }
 
 void Usage() {
-  std::fprintf(stderr, "usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] [--json PATH]\n");
+  std::fprintf(stderr, "usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] "
+                       "[--json PATH] [--optimizer NAME] [--dim 16|64]\n");
   std::exit(2);
 }
 
@@ -118,6 +122,8 @@ int main(int argc, char** argv) {
     else if (a == "--pushes") o.pushes = std::atoi(argv[++i]);
     else if (a == "--runs") o.runs = std::atoi(argv[++i]);
     else if (a == "--json") o.json = argv[++i];
+    else if (a == "--optimizer") o.optimizer = argv[++i];
+    else if (a == "--dim") o.dim = std::atoi(argv[++i]);
     else Usage();
   }
   if (o.rows == 0 || o.keys == 0 || o.keys > o.rows || o.pushes <= 0 || o.runs <= 0) Usage();
@@ -129,7 +135,9 @@ int main(int argc, char** argv) {
   const OptimizerType types[] = {OptimizerType::kSgd, OptimizerType::kAdagrad,
                                  OptimizerType::kAdam, OptimizerType::kFtrl};
   for (int dim : {16, 64}) {
+    if (o.dim != 0 && dim != o.dim) continue;
     for (OptimizerType t : types) {
+      if (!o.optimizer.empty() && o.optimizer != OptimizerTypeName(t)) continue;
       double base = 0;
       for (int per_window : {1, 4}) {
         Result r;

@@ -15,10 +15,6 @@ void ParseConsistency(YamlFields& f, ConsistencyConfig* c) {
   f.Get("dc_lambda", &c->dc_lambda, 0, 1e6);
   f.Get("drop_above", &c->drop_above, -1, int64_t{1} << 40);
   f.Get("non_finite", &c->non_finite, {"reject", "skip_row"});
-  if (c->dc_lambda > 0) {
-    f.Fail("dc_lambda", "delay compensation (DC-ASGD) is not implemented: the server keeps no "
-                        "weights-at-pull; use lr_scale, momentum_decay or drop_above");
-  }
 }
 
 void ParseCheckpoint(YamlFields& f, CheckpointConfig* c) {

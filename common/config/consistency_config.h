@@ -21,14 +21,15 @@ struct ConsistencyConfig {
   // Staleness policies (combinable).
   std::string lr_scale = "none";    // none | inverse (lr / max(1, s))
   bool momentum_decay = false;      // mu_eff = max(0, mu - s_mean / (s_mean + 1))
-  float dc_lambda = 0.0f;           // DC-ASGD: not implemented, any value > 0 is refused
+  float dc_lambda = 0.0f;           // DC-ASGD: g + dc_lambda * g*g*(w_now - w_at_pull); 0: off
   int64_t drop_above = -1;          // >= 0: drop pushes with staleness above this
   std::string non_finite = "reject";  // reject | skip_row
 };
 
 struct CheckpointConfig {
   std::string dir;                  // where checkpoints go; empty: checkpoints off
-  int64_t every_steps = 0;          // 0: off; optimizer steps of the server's busiest table
+  int64_t every_steps = 0;          // 0: off; bsp: every this many clocks, a cut across servers;
+                                    // else optimizer steps of the server's busiest table
   int every_seconds = 0;            // 0: off
 };
 

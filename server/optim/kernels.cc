@@ -24,6 +24,7 @@ namespace {
 // Written as compares rather than std::clamp so that a NaN gradient stays NaN
 // (visible to the caller) and the loop vectorizes into min/max instructions.
 inline float Prep(float g, float w, const GradPrep& p) {
+  g = g * p.pre;
   g = g < -p.clip ? -p.clip : g;
   g = g > p.clip ? p.clip : g;
   return g * p.scale + p.wd * w;
@@ -117,18 +118,18 @@ void FtrlLoop(float* OSPREY_RESTRICT w, float* OSPREY_RESTRICT z, float* OSPREY_
 // Eight independent partial sums: a single float accumulator would not
 // vectorize (FP addition is not associative) and would lose precision.
 OSPREY_OPTIM_CLONES
-double SumSquaresClamped(const float* OSPREY_RESTRICT g, size_t n, float clip) {
+double SumSquaresClamped(const float* OSPREY_RESTRICT g, size_t n, float pre, float clip) {
   float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     for (size_t j = 0; j < 8; ++j) {
-      float x = std::min(std::max(g[i + j], -clip), clip);
+      float x = std::min(std::max(g[i + j] * pre, -clip), clip);
       part[j] += x * x;
     }
   }
   double sum = 0.0;
   for (; i < n; ++i) {
-    double x = std::min(std::max(g[i], -clip), clip);
+    double x = std::min(std::max(g[i] * pre, -clip), clip);
     sum += x * x;
   }
   for (float s : part) sum += s;

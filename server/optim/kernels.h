@@ -13,10 +13,11 @@
 namespace osprey::server::optim_internal {
 
 // Gradient front end applied in registers to each element before the update:
-//   g' = clamp(g, -clip, clip) * scale + wd * w
+//   g' = clamp(g * pre, -clip, clip) * scale + wd * w
 // clip = +inf when clipping by value is off; scale folds clipping by norm (and
 // FTRL's lr_scale); wd is the coupled L2 weight decay (0 when off or decoupled).
 struct GradPrep {
+  float pre;  // ApplyOptions::grad_scale (1: exact no-op)
   float clip;
   float scale;
   float wd;
@@ -43,8 +44,8 @@ struct FtrlParams {
 void FtrlLoop(float* w, float* z, float* nacc, const float* g, size_t n, GradPrep p,
               const FtrlParams& f);
 
-// Sum over i of clamp(g[i], -clip, clip)^2, the squared norm used by clip_norm.
-double SumSquaresClamped(const float* g, size_t n, float clip);
+// Sum over i of clamp(g[i] * pre, -clip, clip)^2, the squared norm used by clip_norm.
+double SumSquaresClamped(const float* g, size_t n, float pre, float clip);
 
 // True when no element is NaN or +-Inf; stops early on long arrays.
 bool AllFiniteLoop(const float* g, size_t n);

@@ -73,12 +73,14 @@ void StoreStep(float* slot, uint32_t t) { std::memcpy(slot, &t, sizeof(t)); }
 
 // Steps 1-3 of the gradient pipeline, reduced to three scalars for the loops.
 // Only clip_norm reads the gradient here (one extra pass over the row).
-GradPrep MakeGradPrep(const OptimizerConfig& c, const float* g, size_t dim, bool coupled_decay) {
+GradPrep MakeGradPrep(const OptimizerConfig& c, const float* g, size_t dim, bool coupled_decay,
+                      float pre) {
   GradPrep p;
+  p.pre = pre;
   p.clip = c.clip_value > 0.0f ? c.clip_value : std::numeric_limits<float>::infinity();
   p.scale = 1.0f;
   if (c.clip_norm > 0.0f) {
-    const double norm = std::sqrt(optim_internal::SumSquaresClamped(g, dim, p.clip));
+    const double norm = std::sqrt(optim_internal::SumSquaresClamped(g, dim, p.pre, p.clip));
     if (norm > c.clip_norm) p.scale = static_cast<float>(c.clip_norm / norm);
   }
   p.wd = coupled_decay ? c.weight_decay : 0.0f;
@@ -141,8 +143,11 @@ void Optimizer::InitState(float* state, size_t dim) const {
   if (config_.type == OptimizerType::kAdam) StoreStep(state + 2 * dim, 0);
 }
 
-void Optimizer::Apply(float* w, float* state, const float* g, size_t dim,
-                      const ApplyOptions& opt) const {
+// One step of optimizer type T: the body of Apply, shared by ApplyRows so that the batched path
+// runs the very same instructions (bit-identical results).
+template <OptimizerType T>
+void Optimizer::ApplyTyped(float* w, float* state, const float* g, size_t dim,
+                           const ApplyOptions& opt) const {
   using namespace optim_internal;  // NOLINT: the loops, local to this function
   const OptimizerConfig& c = config_;
   // `!(x > 0)` also maps NaN to 0, as documented for ApplyOptions.
@@ -150,48 +155,91 @@ void Optimizer::Apply(float* w, float* state, const float* g, size_t dim,
   const float mom_scale = opt.momentum_scale > 0.0f ? std::min(opt.momentum_scale, 1.0f) : 0.0f;
   const float lr = c.lr * lr_scale;
   const float mu = c.momentum * mom_scale;
-  const bool coupled_decay = c.type != OptimizerType::kAdam;
-  GradPrep p = MakeGradPrep(c, g, dim, coupled_decay);
+  constexpr bool kCoupledDecay = T != OptimizerType::kAdam;
+  GradPrep p = MakeGradPrep(c, g, dim, kCoupledDecay, opt.grad_scale);
 
-  switch (c.type) {
-    case OptimizerType::kSgd:
-      SgdLoop(w, g, dim, p, lr);
-      return;
+  if constexpr (T == OptimizerType::kSgd) {
+    SgdLoop(w, g, dim, p, lr);
+  } else if constexpr (T == OptimizerType::kMomentum) {
+    MomentumLoop(w, state, g, dim, p, lr, mu);
+  } else if constexpr (T == OptimizerType::kNesterov) {
+    NesterovLoop(w, state, g, dim, p, lr, mu);
+  } else if constexpr (T == OptimizerType::kAdagrad) {
+    AdagradLoop(w, state, g, dim, p, lr, c.eps);
+  } else if constexpr (T == OptimizerType::kAdam) {
+    uint32_t t = LoadStep(state + 2 * dim);
+    if (t != UINT32_MAX) ++t;
+    StoreStep(state + 2 * dim, t);
+    // Bias corrections 1 - beta^t in double; see log_beta1_. beta = 0 gives
+    // log = -inf and a correction of exactly 1.
+    const double bc1 = -std::expm1(t * log_beta1_);
+    const double bc2 = -std::expm1(t * log_beta2_);
+    AdamStep s;
+    s.b1 = c.beta1;
+    s.b2 = c.beta2;
+    s.step_size = static_cast<float>(lr / bc1);
+    s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    s.eps = c.eps;
+    s.decay = 1.0f - lr * c.weight_decay;
+    AdamLoop(w, state, state + dim, g, dim, p, s);
+  } else {
+    // FTRL has no lr: lr_scale scales the whole gradient, decay term included.
+    p.scale *= lr_scale;
+    p.wd *= lr_scale;
+    FtrlLoop(w, state, state + dim, g, dim, p,
+             FtrlParams{c.ftrl_alpha, c.ftrl_beta, c.ftrl_l1, c.ftrl_l2});
+  }
+}
+
+void Optimizer::Apply(float* w, float* state, const float* g, size_t dim,
+                      const ApplyOptions& opt) const {
+  switch (config_.type) {
+    case OptimizerType::kSgd: return ApplyTyped<OptimizerType::kSgd>(w, state, g, dim, opt);
     case OptimizerType::kMomentum:
-      MomentumLoop(w, state, g, dim, p, lr, mu);
-      return;
+      return ApplyTyped<OptimizerType::kMomentum>(w, state, g, dim, opt);
     case OptimizerType::kNesterov:
-      NesterovLoop(w, state, g, dim, p, lr, mu);
-      return;
+      return ApplyTyped<OptimizerType::kNesterov>(w, state, g, dim, opt);
     case OptimizerType::kAdagrad:
-      AdagradLoop(w, state, g, dim, p, lr, c.eps);
-      return;
-    case OptimizerType::kAdam: {
-      uint32_t t = LoadStep(state + 2 * dim);
-      if (t != UINT32_MAX) ++t;
-      StoreStep(state + 2 * dim, t);
-      // Bias corrections 1 - beta^t in double; see log_beta1_. beta = 0 gives
-      // log = -inf and a correction of exactly 1.
-      const double bc1 = -std::expm1(t * log_beta1_);
-      const double bc2 = -std::expm1(t * log_beta2_);
-      AdamStep s;
-      s.b1 = c.beta1;
-      s.b2 = c.beta2;
-      s.step_size = static_cast<float>(lr / bc1);
-      s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-      s.eps = c.eps;
-      s.decay = 1.0f - lr * c.weight_decay;
-      AdamLoop(w, state, state + dim, g, dim, p, s);
-      return;
-    }
-    case OptimizerType::kFtrl: {
-      // FTRL has no lr: lr_scale scales the whole gradient, decay term included.
-      p.scale *= lr_scale;
-      p.wd *= lr_scale;
-      FtrlLoop(w, state, state + dim, g, dim, p,
-               FtrlParams{c.ftrl_alpha, c.ftrl_beta, c.ftrl_l1, c.ftrl_l2});
-      return;
-    }
+      return ApplyTyped<OptimizerType::kAdagrad>(w, state, g, dim, opt);
+    case OptimizerType::kAdam: return ApplyTyped<OptimizerType::kAdam>(w, state, g, dim, opt);
+    case OptimizerType::kFtrl: return ApplyTyped<OptimizerType::kFtrl>(w, state, g, dim, opt);
+  }
+}
+
+template <OptimizerType T>
+void Optimizer::ApplyRowsTyped(float* const* rows, const float* g, size_t n, size_t dim,
+                               const ApplyOptions& shared, const ApplyOptions* per_row) const {
+  // Rows are scattered over the arena: each one is a run of cache misses that the hardware
+  // prefetcher cannot predict. Ask for row i + kRowsAhead (every line of weights and state, for
+  // writing) while row i is computed, so its misses overlap this row's arithmetic.
+  constexpr size_t kRowsAhead = 3;
+  const size_t row_bytes = (dim + state_floats(dim)) * sizeof(float);
+  auto prefetch = [&](size_t i) {
+    const char* r = reinterpret_cast<const char*>(rows[i]);
+    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(r + b, 1, 3);
+  };
+  for (size_t i = 0; i < std::min(n, kRowsAhead); ++i) prefetch(i);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kRowsAhead < n) prefetch(i + kRowsAhead);
+    ApplyTyped<T>(rows[i], rows[i] + dim, g + i * dim, dim, per_row ? per_row[i] : shared);
+  }
+}
+
+void Optimizer::ApplyRows(float* const* rows, const float* g, size_t n, size_t dim,
+                          const ApplyOptions& shared, const ApplyOptions* per_row) const {
+  switch (config_.type) {
+    case OptimizerType::kSgd:
+      return ApplyRowsTyped<OptimizerType::kSgd>(rows, g, n, dim, shared, per_row);
+    case OptimizerType::kMomentum:
+      return ApplyRowsTyped<OptimizerType::kMomentum>(rows, g, n, dim, shared, per_row);
+    case OptimizerType::kNesterov:
+      return ApplyRowsTyped<OptimizerType::kNesterov>(rows, g, n, dim, shared, per_row);
+    case OptimizerType::kAdagrad:
+      return ApplyRowsTyped<OptimizerType::kAdagrad>(rows, g, n, dim, shared, per_row);
+    case OptimizerType::kAdam:
+      return ApplyRowsTyped<OptimizerType::kAdam>(rows, g, n, dim, shared, per_row);
+    case OptimizerType::kFtrl:
+      return ApplyRowsTyped<OptimizerType::kFtrl>(rows, g, n, dim, shared, per_row);
   }
 }
 

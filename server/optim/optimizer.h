@@ -12,6 +12,7 @@
 // non-finite policy (Apply with a NaN gradient writes NaN into the row).
 //
 // Gradient pipeline of one step, for every optimizer:
+//   0. g *= grad_scale                                    (ApplyOptions; 1 by default)
 //   1. g  = clamp(g, -clip_value, clip_value)             (if clip_value > 0)
 //   2. g *= min(1, clip_norm / ||g||_2)  over the row     (if clip_norm > 0)
 //   3. weight decay (see OptimizerConfig::weight_decay)
@@ -76,6 +77,11 @@ struct ApplyOptions {
   // effective momentum stays below 1. Ignored by the others (Adam's bias
   // correction assumes a constant beta1).
   float momentum_scale = 1.0f;
+  // Multiplies every gradient element as it is read, before clipping (step 0 of the pipeline):
+  // the server's merge-window mean (1 / pushes), applied without a separate pass over the
+  // merged gradients. x * 1.0f == x, so the default changes nothing, bit for bit; with f != 1
+  // the result equals scaling the gradient buffer by f first.
+  float grad_scale = 1.0f;
 };
 
 // The update rules, with lr' = lr * lr_scale, mu = momentum * momentum_scale
@@ -120,10 +126,25 @@ class Optimizer {
   // (read only). `w`, `state` and `g` must not overlap. Never allocates.
   void Apply(float* w, float* state, const float* g, size_t dim, const ApplyOptions& opt) const;
 
+  // Batched Apply over n rows of one table: rows[i] points at row i's `dim` weights, immediately
+  // followed by its state; its gradient is g[i*dim .. (i+1)*dim). Options are per_row[i] when
+  // per_row is not null, else `shared` for every row. Bit-identical to calling Apply on each row
+  // in order (rows may repeat: a repeated row gets two steps, in order), but dispatches once per
+  // call instead of once per row and prefetches the rows a few positions ahead, which is what
+  // the server's sparse merge-then-apply path is bound by (rows are random in a large arena).
+  void ApplyRows(float* const* rows, const float* g, size_t n, size_t dim,
+                 const ApplyOptions& shared, const ApplyOptions* per_row = nullptr) const;
+
   const OptimizerConfig& config() const { return config_; }
 
  private:
   explicit Optimizer(const OptimizerConfig& config);
+  template <OptimizerType T>
+  void ApplyTyped(float* w, float* state, const float* g, size_t dim,
+                  const ApplyOptions& opt) const;
+  template <OptimizerType T>
+  void ApplyRowsTyped(float* const* rows, const float* g, size_t n, size_t dim,
+                      const ApplyOptions& shared, const ApplyOptions* per_row) const;
 
   const OptimizerConfig config_;
   // log(beta1), log(beta2): Adam's per-row bias corrections 1 - beta^t are

@@ -28,11 +28,12 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-TEST(CheckpointCommandTest, WritesOneFilePerServerOfARunningJob) {
+// Runs `osprey launch CONFIG` in the background, `osprey checkpoint` against it into BASE/ckpt,
+// stops the job; the checkpoint command's output is in BASE/ckpt.out, the job's logs in BASE/logs.
+void CheckpointRunningJob(const std::string& config, const std::string& base) {
   namespace fs = std::filesystem;
   const std::string bin = Env("OSPREY_BIN_DIR", "build/bin");
   const std::string src = Env("OSPREY_SOURCE_DIR", ".");
-  const std::string base = ::testing::TempDir() + "/osprey-ckpt-cmd-" + std::to_string(getpid());
   fs::remove_all(base);
   fs::create_directories(base);
   const std::string out = base + "/launch.out";
@@ -41,7 +42,7 @@ TEST(CheckpointCommandTest, WritesOneFilePerServerOfARunningJob) {
   if (launcher == 0) {
     std::freopen(out.c_str(), "w", stderr);
     std::freopen(out.c_str(), "a", stdout);
-    execl((bin + "/osprey").c_str(), "osprey", "launch", (src + "/configs/local.yaml").c_str(),
+    execl((bin + "/osprey").c_str(), "osprey", "launch", (src + "/configs/" + config).c_str(),
           "--quiet", "--set", "train.steps=1000000", "--log-dir", (base + "/logs").c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
@@ -77,11 +78,45 @@ TEST(CheckpointCommandTest, WritesOneFilePerServerOfARunningJob) {
   }
   ASSERT_FALSE(endpoint.empty()) << ReadFile(out);
   ASSERT_EQ(rc, 0) << ReadFile(base + "/ckpt.out");
+}
+
+TEST(CheckpointCommandTest, WritesOneFilePerServerOfARunningJob) {
+  namespace fs = std::filesystem;
+  const std::string base = ::testing::TempDir() + "/osprey-ckpt-cmd-" + std::to_string(getpid());
+  CheckpointRunningJob("local.yaml", base);
+  if (HasFatalFailure()) return;
   for (const char* f : {"/ckpt/server-0-of-2.ckpt", "/ckpt/server-1-of-2.ckpt"}) {
     ASSERT_TRUE(fs::exists(base + f)) << f;
     EXPECT_GT(fs::file_size(base + f), 1000u) << f;
   }
   EXPECT_NE(ReadFile(base + "/ckpt.out").find("server 1"), std::string::npos);
+}
+
+// bsp: the command picks one clock and every server saves right after closing it.
+TEST(CheckpointCommandTest, BspJobGetsACutAtOneClockOnEveryServer) {
+  namespace fs = std::filesystem;
+  const std::string base = ::testing::TempDir() + "/osprey-ckpt-bsp-" + std::to_string(getpid());
+  CheckpointRunningJob("bsp.yaml", base);
+  if (HasFatalFailure()) return;
+  const std::string text = ReadFile(base + "/ckpt.out");
+  std::regex said(R"(server (\d) \(.*\): checkpoint written \(bsp cut at clock (\d+)\))");
+  std::regex logged(R"(checkpoint cut at bsp clock (\d+) written to .*/ckpt/server-(\d)-of-2)");
+  std::string clock;
+  int servers = 0;
+  for (std::sregex_iterator it(text.begin(), text.end(), said), end; it != end; ++it) {
+    if (clock.empty()) clock = (*it)[2];
+    EXPECT_EQ((*it)[2], clock) << text;
+    ++servers;
+    // The server's own log names the same clock for the file it wrote.
+    std::string log = ReadFile(base + "/logs/server-" + (*it)[1].str() + ".log");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log, m, logged)) << log;
+    EXPECT_EQ(m[1], clock);
+  }
+  EXPECT_EQ(servers, 2) << text;
+  for (const char* f : {"/ckpt/server-0-of-2.ckpt", "/ckpt/server-1-of-2.ckpt"}) {
+    EXPECT_TRUE(fs::exists(base + f)) << f;
+  }
 }
 
 TEST(CheckpointCommandTest, UnreachableCoordinatorFailsWithAMessage) {

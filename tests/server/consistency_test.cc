@@ -332,13 +332,162 @@ TEST(NonFiniteTest, SkipRowSkipsOnlyTheBadRow) {
   EXPECT_EQ(cluster.server(0).stats().rows_skipped, 1u);
 }
 
-TEST(ConsistencyConfigTest, DelayCompensationIsRefused) {
+TEST(ConsistencyConfigTest, NegativeDcLambdaIsRefused) {
   InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
-    c->consistency.dc_lambda = 0.04f;
+    c->consistency.dc_lambda = -0.5f;
   }));
   Status s = cluster.ActivateAll();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("dc_lambda"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("dc_lambda must be >= 0"), std::string::npos) << s.ToString();
+}
+
+// DC-ASGD by hand: g' = g + lambda * g * g * (w_now - w_at_pull), SGD w -= lr * g'.
+TEST(DelayCompensationTest, CompensatesWithTheWeightsServedAtPull) {
+  constexpr float kLambda = 0.5f;
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.dc_lambda = kLambda;
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0), b(&cluster, 1);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  a.Pull(0);
+  ExpectNear(a.Reply(), w0);  // a's weights at pull: w0
+  b.Pull(0);
+  b.Reply();
+  const std::vector<float> gb = {1, 1, 1, 1};
+  b.Push(0, 0, gb);  // w_now == w_at_pull: no correction
+  b.Reply();
+  std::vector<float> w1(4), w2(4), w3(4);
+  for (int i = 0; i < 4; ++i) w1[i] = w0[i] - kLr * gb[i];
+  const std::vector<float> ga = {1, 2, -1, 0.5f};
+  a.Push(0, 0, ga);  // computed at w0, arrives at w1
+  a.Reply();
+  for (int i = 0; i < 4; ++i) {
+    float g = ga[i] + kLambda * ga[i] * ga[i] * (w1[i] - w0[i]);
+    w2[i] = w1[i] - kLr * g;
+  }
+  a.Pull(0, {99});  // another key: a's memory of key 5 was consumed by its push anyway
+  a.Reply();
+  a.Push(1, 1, ga);  // no remembered pull of key 5 since the last push: not compensated
+  a.Reply();
+  for (int i = 0; i < 4; ++i) w3[i] = w2[i] - kLr * ga[i];
+  b.Pull(0);
+  std::vector<float> got = b.Reply();
+  ExpectNear(got, w3);
+  EXPECT_NE(w2[1], w1[1] - kLr * ga[1]);  // the correction changed the step (w1 != w0)
+  ServerStatsSnapshot st = cluster.server(0).stats();
+  EXPECT_EQ(st.dc_compensated, 2u);    // b's push (zero correction) and a's first push
+  EXPECT_EQ(st.dc_uncompensated, 1u);  // a's second push
+}
+
+TEST(DelayCompensationTest, DenseChunksAreCompensated) {
+  constexpr float kLambda = 0.25f;
+  std::vector<config::TableConfig> tables = testing::TestTables();
+  for (auto& c : tables) {
+    c.consistency.mode = "async";
+    c.consistency.dc_lambda = kLambda;
+  }
+  InprocCluster cluster(1, tables);
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0), b(&cluster, 1);
+  a.Send(proto::OP_INIT_DENSE, 1, 0, 0, {0}, {1, 2, 3, 4});
+  a.Reply();
+  a.Send(proto::OP_PULL_DENSE, 1, 0, 0, {0}, {});
+  std::vector<float> w0 = a.Reply();
+  b.Send(proto::OP_PULL_DENSE, 1, 0, 0, {0}, {});
+  b.Reply();
+  b.Send(proto::OP_PUSH_DENSE, 1, 0, 0, {0}, {2, 2, 2, 2});
+  b.Reply();
+  a.Send(proto::OP_PUSH_DENSE, 1, 0, 0, {0}, {1, -1, 2, 0});
+  a.Reply();
+  a.Send(proto::OP_PULL_DENSE, 1, 0, 0, {0}, {});
+  std::vector<float> got = a.Reply();
+  std::vector<float> ga = {1, -1, 2, 0}, want(4);
+  for (int i = 0; i < 4; ++i) {
+    float w1 = w0[i] - kLr * 2.0f;
+    want[i] = w1 - kLr * (ga[i] + kLambda * ga[i] * ga[i] * (w1 - w0[i]));
+  }
+  ExpectNear(got, want);
+}
+
+// Per-row staleness: rows count only the windows that updated them since the push's version.
+TEST(RowStalenessTest, StaleRowsAreScaledAndUntouchedRowsAreFresh) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.lr_scale = "inverse";
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0), b(&cluster, 1);
+  a.Pull(0, {5, 6});  // version 0
+  std::vector<float> before = a.Reply();
+  // Versions 1, 2 update key 5; 3, 4 update key 7; key 6 is never updated. All fresh (s = 0).
+  for (int k = 0; k < 4; ++k) {
+    b.Push(k, k, {1, 1, 1, 1}, {k < 2 ? uint64_t{5} : uint64_t{7}});
+    b.Reply();
+  }
+  a.Push(0, 0, {2, 2, 2, 2, 4, 4, 4, 4}, {5, 6});  // based on version 0: table s = 4
+  a.Reply();
+  a.Pull(0, {5, 6});
+  std::vector<float> after = a.Reply();
+  for (int i = 0; i < 4; ++i) {
+    // key 5: s_row = 2 (two updates since version 0): lr / 2, after b's two full steps.
+    EXPECT_FLOAT_EQ(after[i], before[i] - 2 * kLr - kLr / 2 * 2.0f) << "key 5 element " << i;
+    // key 6: s_row = 0 although the table moved 4 versions: full lr.
+    EXPECT_FLOAT_EQ(after[4 + i], before[4 + i] - kLr * 4.0f) << "key 6 element " << i;
+  }
+  ServerStatsSnapshot st = cluster.server(0).stats();
+  EXPECT_EQ(st.staleness[0], 5u);  // b's 4 rows and key 6
+  EXPECT_EQ(st.staleness[2], 1u);  // key 5: s = 2
+}
+
+TEST(RowStalenessTest, MergedWindowScalesPerRow) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.lr_scale = "inverse";
+    c->consistency.merge_max_pushes = 2;
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0), b(&cluster, 1);
+  a.Pull(0, {5, 6});
+  std::vector<float> w0 = a.Reply();
+  for (int k = 0; k < 4; ++k) {  // two windows of two pushes: versions 1, 2 update key 5 only
+    b.Push(k, k / 2, {1, 1, 1, 1}, {5});
+    b.Reply();
+  }
+  // Window 3: a (version 0: key 5 s = 2, key 6 s = 0) and b (fresh, key 6).
+  a.Push(0, 0, {2, 2, 2, 2, 2, 2, 2, 2}, {5, 6});
+  a.Reply();
+  b.Push(4, 2, {4, 4, 4, 4}, {6});
+  b.Reply();
+  a.Pull(0, {5, 6});
+  std::vector<float> w = a.Reply();
+  for (int i = 0; i < 4; ++i) {
+    // key 5: two windows of mean 1 at full lr, then mean 2/2 = 1 at lr * (1/2) (one add, s = 2).
+    EXPECT_FLOAT_EQ(w[i], w0[i] - 2 * kLr - kLr * 0.5f * 1.0f);
+    // key 6: mean (2 + 4) / 2 = 3 at lr * (1 + 1) / 2.
+    EXPECT_FLOAT_EQ(w[4 + i], w0[4 + i] - kLr * 3.0f);
+  }
+}
+
+TEST(RowStalenessTest, DropAboveDropsOnlyStaleRows) {
+  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+    c->consistency.drop_above = 1;
+  }));
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker a(&cluster, 0), b(&cluster, 1);
+  a.Pull(0, {5, 6});
+  std::vector<float> w0 = a.Reply();
+  for (int k = 0; k < 2; ++k) {
+    b.Push(k, k, {1, 1, 1, 1}, {5});
+    b.Reply();
+  }
+  a.Push(0, 0, {1, 1, 1, 1, 1, 1, 1, 1}, {5, 6});  // key 5: s = 2 > 1 dropped; key 6: s = 0
+  a.Reply();
+  a.Pull(0, {5, 6});
+  std::vector<float> w = a.Reply();
+  EXPECT_FLOAT_EQ(w[0], w0[0] - 2 * kLr);
+  EXPECT_FLOAT_EQ(w[4], w0[4] - kLr);
+  ServerStatsSnapshot st = cluster.server(0).stats();
+  EXPECT_EQ(st.rows_dropped, 1u);
+  EXPECT_EQ(st.pushes_dropped, 0u);
 }
 
 }  // namespace
