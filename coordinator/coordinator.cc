@@ -131,6 +131,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
   proto::Heartbeat hb;
   proto::BarrierRequest barrier;
   proto::WorkerReport report;
+  proto::HostGroupRequest host_group;
   google::protobuf::MessageLite* body = nullptr;
   Status valid;
   switch (op) {
@@ -138,6 +139,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     case proto::OP_HEARTBEAT: body = &hb; break;
     case proto::OP_BARRIER: body = &barrier; break;
     case proto::OP_REPORT: body = &report; break;
+    case proto::OP_HOST_GROUP: body = &host_group; break;
     case proto::OP_CLUSTER_STATE:
     case proto::OP_SHUTDOWN: break;
     default: valid = Unimplemented("the coordinator does not serve " + OpName(op));
@@ -156,6 +158,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     case proto::OP_HEARTBEAT: state_.OnHeartbeat(from, hb, now, out); break;
     case proto::OP_BARRIER: state_.OnBarrier(from, barrier, now, out); break;
     case proto::OP_REPORT: state_.OnReport(from, report, now, out); break;
+    case proto::OP_HOST_GROUP: state_.OnHostGroup(from, host_group, out); break;
     case proto::OP_CLUSTER_STATE:
       out->push_back(OutgoingReply{from, Status::OK(), SerializeMessage(state_.Snapshot())});
       break;

@@ -43,6 +43,15 @@ Status CoordinatorClient::Report(const proto::WorkerReport& report, int timeout_
   return rpc_->Call(proto::OP_REPORT, &report, nullptr, timeout_ms);
 }
 
+StatusOr<proto::HostGroupReply> CoordinatorClient::HostGroup(int rank, const std::string& nccl_id, int timeout_ms) {
+  proto::HostGroupRequest request;
+  request.set_rank(rank);
+  request.set_nccl_id(nccl_id);
+  proto::HostGroupReply reply;
+  OSPREY_RETURN_IF_ERROR(rpc_->Call(proto::OP_HOST_GROUP, &request, &reply, timeout_ms).WithContext("host group"));
+  return reply;
+}
+
 StatusOr<proto::ClusterState> CoordinatorClient::GetState(int timeout_ms) {
   proto::ClusterState state;
   OSPREY_RETURN_IF_ERROR(rpc_->Call(proto::OP_CLUSTER_STATE, nullptr, &state, timeout_ms));

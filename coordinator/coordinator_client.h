@@ -57,6 +57,9 @@ class CoordinatorClient {
   Status Barrier(const std::string& name, proto::Role role, int rank, int timeout_ms);
   // Sends a worker's final report.
   Status Report(const proto::WorkerReport& report, int timeout_ms);
+  // The NCCL host group exchange (OP_HOST_GROUP): local rank 0 passes the id it made, the others
+  // pass "" and block until it arrives (or timeout_ms). Returns the id.
+  StatusOr<proto::HostGroupReply> HostGroup(int rank, const std::string& nccl_id, int timeout_ms);
   // The coordinator's view of the job; needs no registration.
   StatusOr<proto::ClusterState> GetState(int timeout_ms);
   // Asks the coordinator to shut the job down; a non-empty `reason` marks the job failed.

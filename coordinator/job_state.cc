@@ -1,6 +1,7 @@
 #include "coordinator/job_state.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/logging.h"
 #include "proto/wire.h"
@@ -183,10 +184,22 @@ void JobState::CompleteRendezvous(Clock::time_point now, Outbox* out) {
   reply.set_num_workers(cluster_.num_workers);
   *reply.mutable_shard_map() = shard_map_;
   reply.set_session_id(session_id_);
+  // Host groups: the workers of each host, by rank.
+  std::map<std::string, std::vector<Node*>> by_host;
+  for (Node& w : workers_) by_host[w.host].push_back(&w);
+  for (auto& [host, group] : by_host) {
+    std::sort(group.begin(), group.end(), [](const Node* a, const Node* b) { return a->rank < b->rank; });
+    for (size_t i = 0; i < group.size(); ++i) {
+      group[i]->local_rank = static_cast<int>(i);
+      group[i]->local_size = static_cast<int>(group.size());
+    }
+  }
   for (std::vector<Node>* nodes : {&servers_, &workers_}) {
     for (Node& n : *nodes) {
       n.last_seen = now;  // heartbeats are due from now on
       reply.set_rank(n.rank);
+      reply.set_local_rank(n.local_rank);
+      reply.set_local_size(n.local_size);
       Reply(out, n.pending_register, reply);
     }
   }
@@ -297,6 +310,51 @@ void JobState::OnReport(const ReplyAddress& from, const proto::WorkerReport& rep
   ReplyEmpty(out, from);
   ReleaseBarriers(out);
   CheckDone(now, out);
+}
+
+void JobState::OnHostGroup(const ReplyAddress& from, const proto::HostGroupRequest& req, Outbox* out) {
+  Status error;
+  Node* node = FindNode(proto::ROLE_WORKER, req.rank(), &error);
+  if (node == nullptr) {
+    ReplyError(out, from, error);
+    return;
+  }
+  const std::string who = "host group of '" + node->host + "': worker " + std::to_string(req.rank()) +
+                          " (local rank " + std::to_string(node->local_rank) + ")";
+  if (req.nccl_id().size() > 1024) {
+    ReplyError(out, from, InvalidArgument(who + " sent an id of " + std::to_string(req.nccl_id().size()) +
+                                          " bytes (at most 1024)"));
+    return;
+  }
+  if (node->local_rank == 0 && req.nccl_id().empty()) {
+    ReplyError(out, from, InvalidArgument(who + " must send the NCCL unique id"));
+    return;
+  }
+  if (node->local_rank != 0 && !req.nccl_id().empty()) {
+    ReplyError(out, from, InvalidArgument(who + " sent an id; only local rank 0 does"));
+    return;
+  }
+  auto reply_to = [&](const ReplyAddress& to, int rank, const std::string& id) {
+    Node& n = workers_[rank];
+    proto::HostGroupReply reply;
+    reply.set_nccl_id(id);
+    reply.set_local_rank(n.local_rank);
+    reply.set_local_size(n.local_size);
+    Reply(out, to, reply);
+  };
+  if (node->local_rank == 0) {
+    host_ids_[node->host] = req.nccl_id();  // a restarted local rank 0 replaces it
+    for (const auto& [to, rank] : host_waiting_[node->host]) reply_to(to, rank, req.nccl_id());
+    host_waiting_.erase(node->host);
+    reply_to(from, req.rank(), req.nccl_id());
+    return;
+  }
+  auto id = host_ids_.find(node->host);
+  if (id != host_ids_.end()) {
+    reply_to(from, req.rank(), id->second);
+  } else {
+    host_waiting_[node->host].emplace_back(from, req.rank());
+  }
 }
 
 void JobState::OnShutdown(const ReplyAddress& from, const std::string& reason,

@@ -68,6 +68,10 @@ class JobState {
                  Outbox* out);
   void OnReport(const ReplyAddress& from, const proto::WorkerReport& report,
                 Clock::time_point now, Outbox* out);
+  // OP_HOST_GROUP: local rank 0 of a host posts its NCCL unique id; every request of that host
+  // (earlier or later) is answered with it. Errors: unknown rank, a local rank 0 without an id,
+  // an id from another local rank, an id larger than 1024 bytes.
+  void OnHostGroup(const ReplyAddress& from, const proto::HostGroupRequest& req, Outbox* out);
   // OP_SHUTDOWN: starts shutting down; a non-empty `reason` becomes the failure (unless the job
   // is already done). Replies OK to `from`.
   void OnShutdown(const ReplyAddress& from, const std::string& reason, Clock::time_point now,
@@ -102,6 +106,8 @@ class JobState {
     uint64_t samples = 0;
     bool reported = false;
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
+    int local_rank = 0;  // workers: place among the workers of the same host (by rank)
+    int local_size = 1;
   };
 
   std::vector<Node>& NodesOf(proto::Role role);
@@ -129,6 +135,9 @@ class JobState {
   // (barrier name, role) -> rank -> waiting request
   std::map<std::pair<std::string, int>, std::map<int, ReplyAddress>> barriers_;
   std::map<int, proto::WorkerReport> reports_;  // by worker rank
+  // NCCL host groups: host -> the id its local rank 0 posted, and the requests waiting for it.
+  std::map<std::string, std::string> host_ids_;
+  std::map<std::string, std::vector<std::pair<ReplyAddress, int>>> host_waiting_;  // (address, rank)
   bool done_ = false;
   bool shutting_down_ = false;
   bool shutdown_requested_ = false;

@@ -2,6 +2,9 @@
 #include "worker/gpu_trainer.h"
 
 #include <cuda_runtime_api.h>
+#ifdef OSPREY_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -206,8 +209,9 @@ constexpr int64_t kPushWindow = 2;
 
 class GpuTrainer final : public TrainLoop {
  public:
-  GpuTrainer(const config::JobConfig& job, int rank, int num_workers, Client* client, int device)
-      : job_(job), rank_(rank), num_workers_(num_workers), client_(client), device_(device) {}
+  GpuTrainer(const config::JobConfig& job, int rank, int num_workers, Client* client, int device,
+             const HostGroup& host)
+      : job_(job), rank_(rank), num_workers_(num_workers), client_(client), device_(device), host_(host) {}
 
   ~GpuTrainer() override {
     StopPrefetch();
@@ -220,6 +224,11 @@ class GpuTrainer final : public TrainLoop {
       if (in.ready) cudaEventDestroy(in.ready);
       if (in.gathered) cudaEventDestroy(in.gathered);
     }
+#ifdef OSPREY_HAVE_NCCL
+    if (comm_) ncclCommDestroy(comm_);
+#endif
+    if (nccl_start_) cudaEventDestroy(nccl_start_);
+    if (nccl_end_) cudaEventDestroy(nccl_end_);
     if (plan_stream_) cudaStreamDestroy(plan_stream_);
     if (pull_stream_) cudaStreamDestroy(pull_stream_);
     if (compute_stream_) cudaStreamDestroy(compute_stream_);
@@ -267,12 +276,21 @@ class GpuTrainer final : public TrainLoop {
   void StopPrefetch();
   // Waits for the pushes of steps <= through (all: INT64_MAX); the first error.
   Status WaitPushes(int64_t through);
+  // Joins the NCCL host group when there is one to join (gpu_trainer.h).
+  Status InitHostGroup();
 
   const config::JobConfig& job_;
   const int rank_, num_workers_;
   Client* client_;
   const int device_;
+  const HostGroup host_;
   std::string device_name_;
+#ifdef OSPREY_HAVE_NCCL
+  ncclComm_t comm_ = nullptr;
+#endif
+  bool host_group_ = false;        // dense gradients are averaged over the host's GPU workers
+  std::vector<bool> push_servers_;  // with a host group: the servers this worker pushes dense to
+  cudaEvent_t nccl_start_ = nullptr, nccl_end_ = nullptr;
   std::unique_ptr<cuda::GpuDlrm> model_;
   std::unique_ptr<models::Dlrm> cpu_model_;  // InitDense, sizes
   std::unique_ptr<DenseCompressor> compressor_;
@@ -389,6 +407,9 @@ Status GpuTrainer::Init() {
   OSPREY_CUDA(cudaStreamCreateWithFlags(&plan_stream_, cudaStreamNonBlocking));
   OSPREY_CUDA(cudaStreamCreateWithFlags(&pull_stream_, cudaStreamNonBlocking));
   OSPREY_CUDA(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
+  OSPREY_CUDA(cudaEventCreate(&nccl_start_));
+  OSPREY_CUDA(cudaEventCreate(&nccl_end_));
+  OSPREY_RETURN_IF_ERROR(InitHostGroup());
   OSPREY_RETURN_IF_ERROR(d_cache_.Allocate(copt.capacity_rows * dim_, "row cache"));
   workspace_bytes_ = cuda::DedupeWorkspaceBytes(static_cast<int>(max_ids_));
   OSPREY_RETURN_IF_ERROR(d_workspace_.Allocate(workspace_bytes_, "dedupe workspace"));
@@ -438,6 +459,53 @@ Status GpuTrainer::Init() {
   std::vector<float> init(num_params_);
   cpu_model_->InitDense(job_.model.seed, init.data());
   return client_->Wait(client_->InitDense(dense_table_, init.data()));
+}
+
+Status GpuTrainer::InitHostGroup() {
+  if (host_.local_size <= 1 || !job_.worker.nccl) return Status::OK();
+  int count = 0;
+  OSPREY_CUDA(cudaGetDeviceCount(&count));
+  if (job_.worker.gpu >= 0 || host_.local_size > count) {
+    // NCCL needs one GPU per rank; every worker of the host comes to the same conclusion.
+    OSPREY_LOG_WARN("worker {}: {} GPU workers on this host share {} visible GPUs{}: no NCCL host group, each "
+                    "pushes its own dense gradient", rank_, host_.local_size, count,
+                    job_.worker.gpu >= 0 ? " (worker.gpu is set)" : "");
+    return Status::OK();
+  }
+#ifdef OSPREY_HAVE_NCCL
+  if (!host_.exchange_id) return Internal("host group of " + std::to_string(host_.local_size) + " workers without an id exchange");
+  ncclUniqueId id;
+  std::string mine;
+  if (host_.local_rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return Internal(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
+    mine.assign(reinterpret_cast<const char*>(&id), sizeof(id));
+  }
+  OSPREY_ASSIGN_OR_RETURN(std::string got, host_.exchange_id(mine));
+  if (got.size() != sizeof(id)) {
+    return Internal("host group: the NCCL id from the coordinator has " + std::to_string(got.size()) + " bytes, not " +
+                    std::to_string(sizeof(id)));
+  }
+  std::memcpy(&id, got.data(), sizeof(id));
+  ncclResult_t r = ncclCommInitRank(&comm_, host_.local_size, id, host_.local_rank);
+  if (r != ncclSuccess) {
+    comm_ = nullptr;
+    return Internal("NCCL host group (local rank " + std::to_string(host_.local_rank) + " of " +
+                    std::to_string(host_.local_size) + " on " + device_name_ + "): " + ncclGetErrorString(r));
+  }
+  const int servers = client_->shard_map().server_endpoints_size();
+  push_servers_.assign(servers, false);
+  for (int s = 0; s < servers; ++s) push_servers_[s] = s % host_.local_size == host_.local_rank;
+  host_group_ = true;
+  OSPREY_LOG_INFO("worker {}: NCCL host group, local rank {} of {}; pushes dense chunks of {} of {} servers", rank_,
+                  host_.local_rank, host_.local_size, std::count(push_servers_.begin(), push_servers_.end(), true),
+                  servers);
+  return Status::OK();
+#else
+  OSPREY_LOG_WARN("worker {}: {} GPU workers on this host, but this build has no NCCL: each pushes its own dense "
+                  "gradient", rank_, host_.local_size);
+  return Status::OK();
+#endif
 }
 
 // Prefetch stage 1 of step `step`: the batch, its keys deduped on the device, the cache plan.
@@ -623,13 +691,32 @@ Status GpuTrainer::Compute(StepInput* in) {
                                                  in->d_dense.get(), in->d_labels.get(), in->batch,
                                                  d_dense_grad_.get(), d_row_grad_.get(), d_probs_.get(),
                                                  d_loss_.get(), compute_stream_));
+#ifdef OSPREY_HAVE_NCCL
+  if (host_group_) {
+    OSPREY_CUDA(cudaEventRecord(nccl_start_, compute_stream_));
+    ncclResult_t r = ncclAllReduce(d_dense_grad_.get(), d_dense_grad_.get(), num_params_, ncclFloat, ncclAvg, comm_,
+                                   compute_stream_);
+    if (r != ncclSuccess) {
+      return Internal("step " + std::to_string(step) + ": NCCL all-reduce of the dense gradient: " +
+                      ncclGetErrorString(r));
+    }
+    OSPREY_CUDA(cudaEventRecord(nccl_end_, compute_stream_));
+  }
+#endif
   OSPREY_CUDA(cudaMemcpyAsync(h_row_grad_[b].get(), d_row_grad_.get(), static_cast<size_t>(u) * dim_ * sizeof(float),
                               cudaMemcpyDeviceToHost, compute_stream_));
   OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_[b].get(), d_dense_grad_.get(), num_params_ * sizeof(float),
                               cudaMemcpyDeviceToHost, compute_stream_));
   OSPREY_CUDA(cudaMemcpyAsync(h_loss_.get(), d_loss_.get(), sizeof(float), cudaMemcpyDeviceToHost, compute_stream_));
   OSPREY_CUDA(cudaStreamSynchronize(compute_stream_));
-  times_.compute += Since(t1);
+  double nccl_s = 0;
+  if (host_group_) {
+    float ms = 0;
+    OSPREY_CUDA(cudaEventElapsedTime(&ms, nccl_start_, nccl_end_));
+    nccl_s = ms * 1e-3;
+  }
+  times_.nccl += nccl_s;
+  times_.compute += Since(t1) - nccl_s;
   const float loss = h_loss_[0];
   if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
   double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
@@ -654,7 +741,9 @@ Status GpuTrainer::PushStep(int64_t step) {
   std::vector<Ticket> tickets;
   tickets.push_back(client_->Push(sparse_table_, in->h_unique.get(), in->num_unique, h_row_grad_[b].get(), step,
                                   in->sparse_version));
-  tickets.push_back(client_->PushDense(dense_table_, h_dense_grad_[b].get(), step, in->dense_version));
+  tickets.push_back(host_group_ ? client_->PushDense(dense_table_, h_dense_grad_[b].get(), step, in->dense_version,
+                                                    push_servers_)
+                               : client_->PushDense(dense_table_, h_dense_grad_[b].get(), step, in->dense_version));
   pushes_.emplace_back(step, std::move(tickets));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -759,7 +848,7 @@ StatusOr<EvalResult> GpuTrainer::Evaluate() {
 }  // namespace
 
 StatusOr<std::unique_ptr<TrainLoop>> MakeGpuTrainer(const config::JobConfig& job, int rank, int num_workers,
-                                                    Client* client) {
+                                                    Client* client, const HostGroup& host) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -768,12 +857,12 @@ StatusOr<std::unique_ptr<TrainLoop>> MakeGpuTrainer(const config::JobConfig& job
                               (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")");
   }
   int device = job.worker.gpu;
-  if (device < 0) device = rank % count;
+  if (device < 0) device = host.local_rank % count;
   if (device >= count) {
     return InvalidArgument("worker.gpu: device " + std::to_string(device) + " does not exist (" +
                            std::to_string(count) + " visible)");
   }
-  return std::unique_ptr<TrainLoop>(std::make_unique<GpuTrainer>(job, rank, num_workers, client, device));
+  return std::unique_ptr<TrainLoop>(std::make_unique<GpuTrainer>(job, rank, num_workers, client, device, host));
 }
 
 }  // namespace osprey::worker

@@ -38,9 +38,19 @@
 // ssp/async it is the worker's own view). Pushes carry the client's table version at the time
 // the step's misses were pulled.
 //
+// The NCCL host group (worker.nccl, when this build has NCCL and the host has several GPU
+// workers): the workers of one host form a communicator (local rank 0 makes the unique id, the
+// coordinator hands it to the others, OP_HOST_GROUP). After backward, the dense gradient is
+// averaged over the host with one all-reduce on the compute stream, and local rank r pushes only
+// the dense messages of the servers s with s % local_size == r, so each dense chunk crosses the
+// network once per host. Every worker still pulls the whole dense table (the pull also tells the
+// servers its clock in bsp/ssp) and pushes its own sparse rows. Not done yet: gradient buckets
+// pushed while backward runs (the push follows the whole backward).
+//
 // Thread-safety: as TrainLoop.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,15 +61,24 @@
 
 namespace osprey::worker {
 
+// This worker's place among the workers of its host (the coordinator's RegisterReply), and the
+// exchange of the NCCL unique id through the coordinator: local rank 0 passes the id it made and
+// gets it back, the others pass "" and get local rank 0's.
+struct HostGroup {
+  int local_rank = 0;
+  int local_size = 1;
+  std::function<StatusOr<std::string>(const std::string& nccl_id)> exchange_id;
+};
+
 // The loop job.worker.device asks for (see above). `client` is borrowed.
 StatusOr<std::unique_ptr<TrainLoop>> MakeTrainLoop(const config::JobConfig& job, int rank, int num_workers,
-                                                   Client* client);
+                                                   Client* client, const HostGroup& host = HostGroup());
 
-// The GPU loop on device job.worker.gpu (-1: rank modulo the visible devices). Errors:
+// The GPU loop on device job.worker.gpu (-1: local rank modulo the visible devices). Errors:
 // FailedPrecondition when this build has no CUDA ("built without CUDA") or no device is visible;
 // InvalidArgument when worker.gpu is not a visible device, or the model is not DLRM. Device memory
 // is allocated in Init (ResourceExhausted when the cache does not fit).
 StatusOr<std::unique_ptr<TrainLoop>> MakeGpuTrainer(const config::JobConfig& job, int rank, int num_workers,
-                                                    Client* client);
+                                                    Client* client, const HostGroup& host);
 
 }  // namespace osprey::worker

@@ -4,10 +4,10 @@
 namespace osprey::worker {
 
 StatusOr<std::unique_ptr<TrainLoop>> MakeTrainLoop(const config::JobConfig& job, int rank, int num_workers,
-                                                   Client* client) {
+                                                   Client* client, const HostGroup& host) {
   const std::string& device = job.worker.device;
   if (device == "cuda" || device == "auto") {
-    auto gpu = MakeGpuTrainer(job, rank, num_workers, client);
+    auto gpu = MakeGpuTrainer(job, rank, num_workers, client, host);
     if (gpu.ok()) return gpu;
     if (device == "cuda" || gpu.status().code() != StatusCode::kFailedPrecondition) {
       return Status(gpu.status().code(), "worker.device " + device + ": " + gpu.status().message());

@@ -8,6 +8,7 @@
 // 2 usage/config error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -46,7 +47,9 @@ int main(int argc, char** argv) {
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_WORKER);
-  req.set_host("localhost");
+  char hostname[256] = "localhost";
+  gethostname(hostname, sizeof(hostname) - 1);
+  req.set_host(hostname);
   req.set_pid(getpid());
   req.set_requested_rank(-1);
   auto reg = (*coord)->Register(req, job->cluster.startup_timeout_ms);
@@ -64,7 +67,16 @@ int main(int argc, char** argv) {
   Status s = client.Start();
   if (!s.ok()) return Fail(s, "client");
 
-  auto made = worker::MakeTrainLoop(*job, rank, num_workers, &client);
+  worker::HostGroup host;
+  host.local_rank = reg->local_rank();
+  host.local_size = std::max(1, reg->local_size());
+  coordinator::CoordinatorClient* coord_client = coord->get();
+  const int exchange_timeout_ms = job->cluster.startup_timeout_ms;
+  host.exchange_id = [coord_client, rank, exchange_timeout_ms](const std::string& id) -> StatusOr<std::string> {
+    OSPREY_ASSIGN_OR_RETURN(proto::HostGroupReply r, coord_client->HostGroup(rank, id, exchange_timeout_ms));
+    return r.nccl_id();
+  };
+  auto made = worker::MakeTrainLoop(*job, rank, num_workers, &client, host);
   if (!made.ok()) {
     OSPREY_LOG_ERROR("worker {}: {}", rank, made.status().ToString());
     return 2;

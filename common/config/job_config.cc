@@ -117,6 +117,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("tf32", &job->worker.tf32);
     s.Get("prefetch", &job->worker.prefetch);
     s.Get("data_threads", &job->worker.data_threads, 1, 64);
+    s.Get("nccl", &job->worker.nccl);
     s.Section("cache", [&](YamlFields& c) {
       c.Get("capacity_rows", &job->worker.cache.capacity_rows, 0, (uint64_t{1} << 31) - 1);
       c.Get("capacity_fraction", &job->worker.cache.capacity_fraction, 0, 1);

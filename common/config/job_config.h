@@ -95,6 +95,8 @@ struct WorkerSection {
   bool tf32 = true;            // MLP products on TF32 tensor cores (GPU)
   bool prefetch = true;        // GPU: prepare step t+1 (data, dedupe, cache, pulls) during step t
   int data_threads = 2;        // GPU: threads generating synthetic batches ahead
+  bool nccl = true;            // GPU workers on one host average dense gradients over NCCL and
+                               // each pushes only the servers it owns (gpu_trainer.h)
   WorkerCacheConfig cache;
 };
 

@@ -62,6 +62,30 @@ TEST_F(ClientTest, DenseInitPushPullAndZeroCopyBuffer) {
   for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(out[i], i - 2.0f);
 }
 
+// A GPU host group splits the servers among its workers: a masked push sends only the chunks of
+// the servers in the mask; a mask of the wrong length is refused.
+TEST_F(ClientTest, DensePushToASubsetOfServers) {
+  const proto::TableSpec& spec = cluster_.map().tables(1);
+  std::vector<float> init(spec.size(), 0.0f);
+  ASSERT_TRUE(client_->Wait(client_->InitDense(1, init.data())).ok());
+  std::vector<float> g(spec.size(), 2.0f);
+  std::vector<bool> mask = {false, true, false};
+  ASSERT_TRUE(client_->Wait(client_->PushDense(1, g.data(), 0, 0, mask)).ok());
+  std::vector<float> out(spec.size(), -1.0f);
+  ASSERT_TRUE(client_->Wait(client_->PullDense(1, out.data())).ok());
+  std::set<int> owners;
+  for (uint64_t i = 0; i < spec.size(); ++i) {
+    int owner = ServerForChunk(1, i / spec.chunk_floats(), 3);
+    owners.insert(owner);
+    EXPECT_FLOAT_EQ(out[i], owner == 1 ? -1.0f : 0.0f) << "float " << i << " on server " << owner;
+  }
+  EXPECT_GT(owners.size(), 1u) << "the fixture's dense table should span servers";
+  std::vector<bool> short_mask = {true};
+  Status s = client_->Wait(client_->PushDense(1, g.data(), 0, 0, short_mask));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("server mask has 1 entries for 3 servers"), std::string::npos) << s.ToString();
+}
+
 TEST_F(ClientTest, WrongTableKindFailsImmediately) {
   float x[4];
   uint64_t k = 1;

@@ -249,3 +249,66 @@ TEST_F(JobStateTest, ShutdownRequestFailsWithTheReason) {
 
 }  // namespace
 }  // namespace osprey::coordinator
+
+namespace osprey::coordinator {
+namespace {
+
+// NCCL host groups: workers on the same host get local ranks by worker rank, and OP_HOST_GROUP
+// hands local rank 0's id to every worker of that host (also to those who asked first).
+TEST(JobStateHostGroupTest, LocalRanksAndIdExchange) {
+  const Clock::time_point t0 = Clock::now();
+  JobState s(testing::TestJob(1, 3), 7, t0);
+  Outbox out;
+  uint64_t id = 1;
+  s.OnRegister(ReplyAddress{1, id++}, testing::ServerRequest(100), t0, &out);
+  for (int w = 0; w < 3; ++w) {
+    proto::RegisterRequest r = testing::WorkerRequest(200 + w, w);
+    r.set_host(w == 1 ? "b" : "a");  // ranks 0 and 2 on host a, rank 1 alone on b
+    s.OnRegister(ReplyAddress{1, id++}, r, t0, &out);
+  }
+  ASSERT_EQ(out.size(), 4u);
+  std::map<int, std::pair<int, int>> local;  // rank -> (local rank, local size)
+  for (size_t i = 1; i < out.size(); ++i) {
+    proto::RegisterReply reply;
+    ASSERT_TRUE(reply.ParseFromArray(out[i].payload.data(), static_cast<int>(out[i].payload.size())));
+    local[reply.rank()] = {reply.local_rank(), reply.local_size()};
+  }
+  EXPECT_EQ(local[0], std::make_pair(0, 2));
+  EXPECT_EQ(local[2], std::make_pair(1, 2));
+  EXPECT_EQ(local[1], std::make_pair(0, 1));
+
+  auto request = [](int rank, const std::string& nccl_id) {
+    proto::HostGroupRequest r;
+    r.set_rank(rank);
+    r.set_nccl_id(nccl_id);
+    return r;
+  };
+  out.clear();
+  s.OnHostGroup(ReplyAddress{2, 50}, request(2, ""), &out);  // local rank 1 asks first: waits
+  EXPECT_TRUE(out.empty());
+  s.OnHostGroup(ReplyAddress{3, 51}, request(0, ""), &out);  // local rank 0 without an id
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].status.message().find("must send the NCCL unique id"), std::string::npos);
+  out.clear();
+  s.OnHostGroup(ReplyAddress{3, 52}, request(0, "ID-A"), &out);  // answers both
+  ASSERT_EQ(out.size(), 2u);
+  for (const OutgoingReply& r : out) {
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    proto::HostGroupReply reply;
+    ASSERT_TRUE(reply.ParseFromArray(r.payload.data(), static_cast<int>(r.payload.size())));
+    EXPECT_EQ(reply.nccl_id(), "ID-A");
+    EXPECT_EQ(reply.local_size(), 2);
+    EXPECT_EQ(reply.local_rank(), r.to.request_id == 50 ? 1 : 0);
+  }
+  out.clear();
+  s.OnHostGroup(ReplyAddress{4, 53}, request(2, "X"), &out);  // only local rank 0 sends an id
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].status.message().find("only local rank 0"), std::string::npos);
+  out.clear();
+  s.OnHostGroup(ReplyAddress{4, 54}, request(9, ""), &out);  // not a worker
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(out[0].status.ok());
+}
+
+}  // namespace
+}  // namespace osprey::coordinator

@@ -303,6 +303,11 @@ Ticket Client::PushDense(uint32_t table, const float* grads, int64_t clock, uint
   return SendDense(proto::OP_PUSH_DENSE, table, grads, nullptr, nullptr, clock, version);
 }
 
+Ticket Client::PushDense(uint32_t table, const float* grads, int64_t clock, uint64_t version,
+                         const std::vector<bool>& servers) {
+  return SendDense(proto::OP_PUSH_DENSE, table, grads, nullptr, nullptr, clock, version, &servers);
+}
+
 Ticket Client::PushDense(uint32_t table, const Buffer& grads, int64_t clock, uint64_t version) {
   return SendDense(proto::OP_PUSH_DENSE, table, nullptr, &grads, nullptr, clock, version);
 }
@@ -312,8 +317,13 @@ Ticket Client::InitDense(uint32_t table, const float* values) {
 }
 
 Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
-                         float* out, int64_t clock, uint64_t version) {
+                         float* out, int64_t clock, uint64_t version, const std::vector<bool>* servers) {
   Status bad = CheckTable(table, /*sparse=*/false);
+  if (bad.ok() && servers != nullptr && servers->size() != peers_.size()) {
+    bad = InvalidArgument("dense push to table '" + map_.tables(table).name() + "': server mask has " +
+                          std::to_string(servers->size()) + " entries for " + std::to_string(peers_.size()) +
+                          " servers");
+  }
   if (bad.ok() && in_buffer != nullptr &&
       in_buffer->size() != map_.tables(table).size() * sizeof(float)) {
     bad = InvalidArgument("dense push to table '" + map_.tables(table).name() + "': buffer has " +
@@ -325,6 +335,7 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
   const float* src = in_buffer ? in_buffer->as<float>() : in;
   for (const DenseRoute& route : dense_routes_[table]) {
     int s = route.server;
+    if (servers != nullptr && !(*servers)[s]) continue;
     auto part = std::make_unique<Part>();
     part->op = op;
     part->table = table;

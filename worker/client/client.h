@@ -88,6 +88,10 @@ class Client {
   // Dense: the whole table (table size floats).
   Ticket PullDense(uint32_t table, float* out, int64_t clock = 0);
   Ticket PushDense(uint32_t table, const float* grads, int64_t clock = 0, uint64_t version = 0);
+  // Only the messages for servers s with servers[s] true (a GPU host group splits the servers
+  // among its workers); the others are not sent. `servers` has one entry per server.
+  Ticket PushDense(uint32_t table, const float* grads, int64_t clock, uint64_t version,
+                   const std::vector<bool>& servers);
   // Zero-copy: `grads` (table size floats) is sent as slices of the Buffer.
   Ticket PushDense(uint32_t table, const Buffer& grads, int64_t clock = 0, uint64_t version = 0);
   // Gives dense chunks their initial values unless another worker already did (first wins).
@@ -117,7 +121,7 @@ class Client {
 
   Ticket NewTicket(proto::Op op, uint32_t table, Status immediate = Status::OK());
   Ticket SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
-                   float* out, int64_t clock, uint64_t version);
+                   float* out, int64_t clock, uint64_t version, const std::vector<bool>* servers = nullptr);
   // What a ticket was for, for error messages (built only when an error is reported).
   std::string Describe(proto::Op op, uint32_t table) const;
   Status CheckTable(uint32_t table, bool sparse) const;
