@@ -463,6 +463,15 @@ Status GpuTrainer::Init() {
 
 Status GpuTrainer::InitHostGroup() {
   if (host_.local_size <= 1 || !job_.worker.nccl) return Status::OK();
+  const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
+  if (dense.consistency.mode != "async") {
+    // Known problem: with a bsp dense table, the windows of a host group whose non-owners push
+    // no dense gradient did not close on an H200 pair (pulls timed out); until that is found,
+    // bsp/ssp dense tables train with every worker pushing its own dense gradient.
+    OSPREY_LOG_WARN("worker {}: dense table '{}' is {}: no NCCL host group (supported with async dense tables); "
+                    "each worker pushes its own dense gradient", rank_, dense.name, dense.consistency.mode);
+    return Status::OK();
+  }
   int count = 0;
   OSPREY_CUDA(cudaGetDeviceCount(&count));
   if (job_.worker.gpu >= 0 || host_.local_size > count) {

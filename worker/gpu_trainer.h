@@ -44,8 +44,10 @@
 // averaged over the host with one all-reduce on the compute stream, and local rank r pushes only
 // the dense messages of the servers s with s % local_size == r, so each dense chunk crosses the
 // network once per host. Every worker still pulls the whole dense table (the pull also tells the
-// servers its clock in bsp/ssp) and pushes its own sparse rows. Not done yet: gradient buckets
-// pushed while backward runs (the push follows the whole backward).
+// servers its clock in bsp/ssp) and pushes its own sparse rows. The group forms only with an
+// async dense table: with bsp the dense windows did not close on a 2-GPU test (the non-owners
+// send no dense push; not yet understood), so bsp/ssp jobs push one dense gradient per worker.
+// Not done yet: gradient buckets pushed while backward runs (the push follows the backward).
 //
 // Thread-safety: as TrainLoop.
 #pragma once
