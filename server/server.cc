@@ -386,7 +386,11 @@ void Server::Handle(Message&& msg) {
   if (s.ok() && held) {
     // A held pull waits in its table; a held OP_CHECKPOINT (bsp cut) is answered by MaybeTakeCut.
     if (header->op() != proto::OP_CHECKPOINT) {
-      tables_[header->table()]->Hold(HeldPull{std::move(msg), *header});
+      TableShard* t = tables_[header->table()].get();
+      t->Hold(HeldPull{std::move(msg), *header});
+      // The pull itself may be the progress the oldest bsp window waited for (a worker that
+      // pulls a table it does not push, e.g. a GPU host group's non-owner): close what can close.
+      Release(t);
     }
     return;
   }

@@ -201,9 +201,12 @@ struct StepInput {
   cudaEvent_t gathered = nullptr;  // compute stream finished reading this step's cache slots
 };
 
-// Steps in flight: the planner works on t+2 while the puller works on t+1 and the main thread
-// computes t. Also the cache's pinned_steps.
-constexpr int kRing = 3;
+// Pull stages run on kPullers threads, step t on thread t % kPullers, so the pulls of
+// consecutive steps overlap.
+constexpr int kPullers = 2;
+// Steps in flight: the planner works on t+3 while the pullers work on t+1 and t+2 and the main
+// thread computes t. Also the cache's pinned_steps.
+constexpr int kRing = 2 + kPullers;
 // Steps whose pushes may be unacknowledged while the next step pushes.
 constexpr int64_t kPushWindow = 2;
 
@@ -218,7 +221,9 @@ class GpuTrainer final : public TrainLoop {
     if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
     cudaSetDevice(device_);
     if (plan_stream_) cudaStreamSynchronize(plan_stream_);
-    if (pull_stream_) cudaStreamSynchronize(pull_stream_);
+    for (cudaStream_t p : pull_stream_) {
+      if (p) cudaStreamSynchronize(p);
+    }
     if (compute_stream_) cudaStreamSynchronize(compute_stream_);
     for (auto& in : inputs_) {
       if (in.ready) cudaEventDestroy(in.ready);
@@ -230,7 +235,9 @@ class GpuTrainer final : public TrainLoop {
     if (nccl_start_) cudaEventDestroy(nccl_start_);
     if (nccl_end_) cudaEventDestroy(nccl_end_);
     if (plan_stream_) cudaStreamDestroy(plan_stream_);
-    if (pull_stream_) cudaStreamDestroy(pull_stream_);
+    for (cudaStream_t p : pull_stream_) {
+      if (p) cudaStreamDestroy(p);
+    }
     if (compute_stream_) cudaStreamDestroy(compute_stream_);
   }
 
@@ -248,14 +255,19 @@ class GpuTrainer final : public TrainLoop {
   double train_seconds() const override { return train_seconds_; }
 
   void FillReport(proto::WorkerReport* report) const override {
-    FillStepReport(compressor_ ? compressor_->stats() : CompressionStats{}, times_, report);
+    StepTimes times = times_;
+    times.pull = 0;
+    for (double p : pull_seconds_) times.pull += p;
+    FillStepReport(compressor_ ? compressor_->stats() : CompressionStats{}, times, report);
     if (cache_) {
       RowCacheStats cs = cache_->stats();
       report->set_cache_lookups(cs.lookups);
       report->set_cache_hits(cs.hits);
       report->set_cache_evictions(cs.evictions);
     }
-    report->set_rows_pulled(rows_pulled_);
+    uint64_t pulled = 0;
+    for (uint64_t r : rows_pulled_) pulled += r;
+    report->set_rows_pulled(pulled);
     report->set_device(device_name_);
   }
 
@@ -269,7 +281,7 @@ class GpuTrainer final : public TrainLoop {
   // Sends a computed step's pushes (pusher thread; inline without prefetch).
   Status PushStep(int64_t step);
   void PlannerLoop(int64_t steps);
-  void PullerLoop(int64_t steps);
+  void PullerLoop(int first, int64_t steps);
   void PusherLoop(int64_t steps);
   // Records a prefetch stage's failure for the main thread (the first one wins).
   void FailPrefetch(const Status& s);
@@ -301,7 +313,8 @@ class GpuTrainer final : public TrainLoop {
   size_t num_params_ = 0, max_ids_ = 0;
   bool gate_pulls_ = false;  // bsp/ssp: a step's pulls wait until the previous step's pushes are sent
 
-  cudaStream_t plan_stream_ = nullptr, pull_stream_ = nullptr, compute_stream_ = nullptr;
+  cudaStream_t plan_stream_ = nullptr, compute_stream_ = nullptr;
+  cudaStream_t pull_stream_[kPullers] = {};
   DeviceArray<float> d_cache_;
   DeviceArray<unsigned char> d_workspace_;
   size_t workspace_bytes_ = 0;
@@ -321,21 +334,23 @@ class GpuTrainer final : public TrainLoop {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t planned_through_ = -1;   // GUARDED_BY(mu_) PlanStep done for steps <= this
-  int64_t prepared_through_ = -1;  // GUARDED_BY(mu_) inputs of steps <= this are ready
+  int64_t ready_step_[kRing];      // GUARDED_BY(mu_) the step whose input slot i holds, once ready
   Status prefetch_status_;         // GUARDED_BY(mu_) first prefetch error
   int64_t released_through_ = -1;  // GUARDED_BY(mu_) main finished with the inputs of steps <= this
   int64_t gathered_through_ = -1;  // GUARDED_BY(mu_) gathers of steps <= this are enqueued
   int64_t pushed_through_ = -1;    // GUARDED_BY(mu_) pushes of steps <= this are sent
   bool stop_ = false;              // GUARDED_BY(mu_)
   int64_t computed_through_ = -1;  // GUARDED_BY(mu_) gradients of steps <= this are on the host
-  std::thread planner_, puller_, pusher_;
+  std::thread planner_, pusher_;
+  std::thread pullers_[kPullers];
 
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};
   double train_seconds_ = 0;
   StepTimes times_;           // wait_input/compute/push: main thread; the rest: prefetch side
-  uint64_t rows_pulled_ = 0;  // prefetch side
+  uint64_t rows_pulled_[kPullers] = {};  // by puller thread
+  double pull_seconds_[kPullers] = {};   // by puller thread (times_.pull is their sum)
 };
 
 Status GpuTrainer::Init() {
@@ -405,7 +420,8 @@ Status GpuTrainer::Init() {
   mopt.tf32 = job_.worker.tf32;
   OSPREY_ASSIGN_OR_RETURN(model_, cuda::GpuDlrm::Make(job_.model.model.dlrm, device_, max_batch_, mopt));
   OSPREY_CUDA(cudaStreamCreateWithFlags(&plan_stream_, cudaStreamNonBlocking));
-  OSPREY_CUDA(cudaStreamCreateWithFlags(&pull_stream_, cudaStreamNonBlocking));
+  for (cudaStream_t& p : pull_stream_) OSPREY_CUDA(cudaStreamCreateWithFlags(&p, cudaStreamNonBlocking));
+  for (int64_t& r : ready_step_) r = -1;
   OSPREY_CUDA(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
   OSPREY_CUDA(cudaEventCreate(&nccl_start_));
   OSPREY_CUDA(cudaEventCreate(&nccl_end_));
@@ -463,15 +479,6 @@ Status GpuTrainer::Init() {
 
 Status GpuTrainer::InitHostGroup() {
   if (host_.local_size <= 1 || !job_.worker.nccl) return Status::OK();
-  const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
-  if (dense.consistency.mode != "async") {
-    // Known problem: with a bsp dense table, the windows of a host group whose non-owners push
-    // no dense gradient did not close on an H200 pair (pulls timed out); until that is found,
-    // bsp/ssp dense tables train with every worker pushing its own dense gradient.
-    OSPREY_LOG_WARN("worker {}: dense table '{}' is {}: no NCCL host group (supported with async dense tables); "
-                    "each worker pushes its own dense gradient", rank_, dense.name, dense.consistency.mode);
-    return Status::OK();
-  }
   int count = 0;
   OSPREY_CUDA(cudaGetDeviceCount(&count));
   if (job_.worker.gpu >= 0 || host_.local_size > count) {
@@ -564,7 +571,7 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
 }
 
 // Prefetch stage 2 of step `step`: pull the misses and the dense parameters, put the rows into
-// their cache slots. Device work goes to pull_stream_.
+// their cache slots. Device work goes to the puller's stream, pull_stream_[step % kPullers].
 Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   // bsp/ssp: this step's pulls must reach the servers after the previous step's pushes.
   auto t3 = Clock::now();
@@ -583,8 +590,9 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   OSPREY_RETURN_IF_ERROR(s2);
   in->sparse_version = client_->version(sparse_table_);
   in->dense_version = client_->version(dense_table_);
-  rows_pulled_ += m;
-  times_.pull += Since(t3);
+  rows_pulled_[step % kPullers] += m;
+  pull_seconds_[step % kPullers] += Since(t3);
+  cudaStream_t pull_stream = pull_stream_[step % kPullers];
 
   // The pulled rows go into their slots only after the previous step's gather read the cache
   // (a stale row is refreshed in the slot it already had; evicted slots were last used by a step
@@ -593,21 +601,21 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return stop_ || gathered_through_ >= step - 1; });
     if (stop_) return Aborted("stopped");
-    OSPREY_CUDA(cudaStreamWaitEvent(pull_stream_, inputs_[(step - 1) % kRing].gathered, 0));
+    OSPREY_CUDA(cudaStreamWaitEvent(pull_stream, inputs_[(step - 1) % kRing].gathered, 0));
   }
   const int u = in->num_unique;
   std::memcpy(in->h_miss_slots.get(), in->miss_slots.data(), m * sizeof(int32_t));
   OSPREY_CUDA(cudaMemcpyAsync(in->d_miss_rows.get(), in->h_miss_rows.get(), m * dim_ * sizeof(float),
-                              cudaMemcpyHostToDevice, pull_stream_));
+                              cudaMemcpyHostToDevice, pull_stream));
   OSPREY_CUDA(cudaMemcpyAsync(in->d_miss_slots.get(), in->h_miss_slots.get(), m * sizeof(int32_t),
-                              cudaMemcpyHostToDevice, pull_stream_));
+                              cudaMemcpyHostToDevice, pull_stream));
   OSPREY_RETURN_IF_ERROR(cuda::ScatterRows(in->d_miss_rows.get(), in->d_miss_slots.get(), static_cast<int>(m), dim_,
-                                           d_cache_.get(), pull_stream_));
+                                           d_cache_.get(), pull_stream));
   OSPREY_CUDA(cudaMemcpyAsync(in->d_slots.get(), in->h_slots.get(), u * sizeof(int32_t), cudaMemcpyHostToDevice,
-                              pull_stream_));
+                              pull_stream));
   OSPREY_CUDA(cudaMemcpyAsync(in->d_params.get(), in->h_params.get(), num_params_ * sizeof(float),
-                              cudaMemcpyHostToDevice, pull_stream_));
-  OSPREY_CUDA(cudaEventRecord(in->ready, pull_stream_));
+                              cudaMemcpyHostToDevice, pull_stream));
+  OSPREY_CUDA(cudaEventRecord(in->ready, pull_stream));
   return Status::OK();
 }
 
@@ -633,9 +641,9 @@ void GpuTrainer::PlannerLoop(int64_t steps) {
   }
 }
 
-void GpuTrainer::PullerLoop(int64_t steps) {
+void GpuTrainer::PullerLoop(int first, int64_t steps) {
   cudaSetDevice(device_);
-  for (int64_t t = 0; t < steps; ++t) {
+  for (int64_t t = first; t < steps; t += kPullers) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || planned_through_ >= t || !prefetch_status_.ok(); });
@@ -644,7 +652,7 @@ void GpuTrainer::PullerLoop(int64_t steps) {
     Status s = PullStep(t, &inputs_[t % kRing]);
     if (!s.ok()) return FailPrefetch(s);
     std::lock_guard<std::mutex> lock(mu_);
-    prepared_through_ = t;
+    ready_step_[t % kRing] = t;
     cv_.notify_all();
   }
 }
@@ -656,7 +664,9 @@ void GpuTrainer::StopPrefetch() {
   }
   cv_.notify_all();
   if (planner_.joinable()) planner_.join();
-  if (puller_.joinable()) puller_.join();
+  for (std::thread& p : pullers_) {
+    if (p.joinable()) p.join();
+  }
   if (pusher_.joinable()) pusher_.join();
   if (reader_) reader_->Stop();
 }
@@ -783,7 +793,7 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   const bool prefetch = job_.worker.prefetch;
   if (prefetch) {
     planner_ = std::thread([this, steps] { PlannerLoop(steps); });
-    puller_ = std::thread([this, steps] { PullerLoop(steps); });
+    for (int i = 0; i < kPullers; ++i) pullers_[i] = std::thread([this, i, steps] { PullerLoop(i, steps); });
     pusher_ = std::thread([this, steps] { PusherLoop(steps); });
   }
   Status status;
@@ -792,8 +802,8 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
     auto t0 = Clock::now();
     if (prefetch) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return prepared_through_ >= t || !prefetch_status_.ok(); });
-      if (prepared_through_ < t) status = prefetch_status_;
+      cv_.wait(lock, [&] { return ready_step_[t % kRing] == t || !prefetch_status_.ok(); });
+      if (ready_step_[t % kRing] != t) status = prefetch_status_;
     } else {
       status = PlanStep(t, in);
       if (status.ok()) status = PullStep(t, in);

@@ -20,7 +20,8 @@
 //             device array [capacity x dim]; keys absent or pulled more than staleness_bound
 //             steps ago are misses;
 //   pull      only the misses are pulled from the servers (and the dense parameters), copied to
-//             the device and scattered into their slots.
+//             the device and scattered into their slots; two puller threads take alternate
+//             steps, so the pulls of consecutive steps overlap.
 // The main thread then gathers the step's rows from the cache into a compact array, runs
 // forward + backward, copies the row and dense gradients back and pushes them (one gradient row
 // per distinct key: GpuDlrm sums the uses of a row).
@@ -44,10 +45,9 @@
 // averaged over the host with one all-reduce on the compute stream, and local rank r pushes only
 // the dense messages of the servers s with s % local_size == r, so each dense chunk crosses the
 // network once per host. Every worker still pulls the whole dense table (the pull also tells the
-// servers its clock in bsp/ssp) and pushes its own sparse rows. The group forms only with an
-// async dense table: with bsp the dense windows did not close on a 2-GPU test (the non-owners
-// send no dense push; not yet understood), so bsp/ssp jobs push one dense gradient per worker.
-// Not done yet: gradient buckets pushed while backward runs (the push follows the backward).
+// servers its clock in bsp/ssp, which is what closes a window the non-owners never push to) and
+// pushes its own sparse rows. Not done yet: gradient buckets pushed while backward runs (the push
+// follows the whole backward).
 //
 // Thread-safety: as TrainLoop.
 #pragma once

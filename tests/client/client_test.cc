@@ -227,3 +227,38 @@ TEST(ClientSingleServerTest, BulkPathKeepsKeyOrderAndDuplicates) {
 
 }  // namespace
 }  // namespace osprey::worker
+
+namespace osprey::worker {
+namespace {
+
+// The GPU host group's pattern in bsp: both workers pull the dense table every clock, only the
+// owner pushes it. The window of a clock must close once both have moved on (pulled the next
+// clock), so the next clock's pulls are answered.
+TEST(ClientBspHostGroupTest, DenseWindowClosesWhenOnlyOneWorkerPushes) {
+  std::vector<config::TableConfig> tables = testing::TestTables();
+  for (auto& t : tables) t.consistency.mode = "bsp";
+  testing::InprocCluster cluster(2, tables);
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  for (int s = 0; s < 2; ++s) cluster.server(s).SetLiveWorkers({0, 1});
+  std::unique_ptr<Client> c[2];
+  for (int w = 0; w < 2; ++w) {
+    ClientOptions o;
+    o.worker_rank = w;
+    o.timeout_ms = 3000;
+    c[w] = std::make_unique<Client>(o, cluster.NewTransport(), cluster.map());
+    ASSERT_TRUE(c[w]->Start().ok());
+  }
+  std::vector<float> init(10, 0.0f), g(10, 1.0f), out0(10), out1(10);
+  ASSERT_TRUE(c[0]->Wait(c[0]->InitDense(1, init.data())).ok());
+  for (int64_t clock = 0; clock < 4; ++clock) {
+    Ticket p0 = c[0]->PullDense(1, out0.data(), clock);
+    Ticket p1 = c[1]->PullDense(1, out1.data(), clock);
+    ASSERT_TRUE(c[0]->Wait(p0).ok()) << "clock " << clock;
+    ASSERT_TRUE(c[1]->Wait(p1).ok()) << "clock " << clock;
+    ASSERT_TRUE(c[0]->Wait(c[0]->PushDense(1, g.data(), clock)).ok());
+  }
+  EXPECT_FLOAT_EQ(out0[0], -1.5f);  // three windows of lr 0.5 applied before clock 3's pull
+}
+
+}  // namespace
+}  // namespace osprey::worker

@@ -137,26 +137,31 @@ TEST(GpuWorkerTest, BadGpuSettingsFailWithAClearMessage) {
   EXPECT_NE(huge.worker0.find("worker.cache: 2147483647 rows x 16 floats"), std::string::npos) << huge.worker0;
 }
 
-// Two GPU workers on one host form an NCCL host group (async dense table): the dense gradient is
-// averaged over NCCL and each pushes its servers' chunks; the model must match the CPU job's.
-TEST(GpuWorkerTest, TwoGpuHostGroupMatchesTheCpuJob) {
-  Launch gpu = LaunchJob("gpu2-nccl", " --set cluster.workers=2 --set worker.device=cuda");
-  SKIP_WITHOUT_GPU(gpu);
-  std::string w1 = ReadFile(gpu.logs + "/worker-1.log");
-  if (w1.find("share 1 visible GPUs") != std::string::npos) GTEST_SKIP() << "needs 2 GPUs";
-  EXPECT_NE(gpu.worker0.find("NCCL host group, local rank 0 of 2"), std::string::npos) << gpu.worker0;
-  EXPECT_NE(w1.find("NCCL host group, local rank 1 of 2"), std::string::npos) << w1;
-  EXPECT_GT(JsonNumber(gpu.json, "time_nccl"), 0) << gpu.json;
-  Launch cpu = LaunchJob("cpu2", " --set cluster.workers=2 --set worker.device=cpu");
-  ASSERT_EQ(cpu.rc, 0) << cpu.output;
-  // Two async workers are not deterministic (arrival order), on the CPU either.
-  EXPECT_NEAR(JsonNumber(gpu.json, "auc"), JsonNumber(cpu.json, "auc"), 0.005) << gpu.json << "\n" << cpu.json;
-}
-
-// Two GPU workers in bsp (no host group there yet: each pushes its own dense gradient).
-TEST(GpuWorkerTest, TwoGpuBspTrains) {
+// Two GPU workers on one host form an NCCL host group: the dense gradient is averaged over NCCL
+// and each dense chunk is pushed by one of them. In bsp that is exactly the CPU job's window mean
+// over both workers' pushes, so the models must agree as closely as two CPU runs do.
+TEST(GpuWorkerTest, TwoGpuHostGroupMatchesTheCpuJobInBsp) {
   Launch gpu = LaunchJob("gpu2-bsp", std::string(kBsp) + " --set cluster.workers=2 --set worker.device=cuda");
   SKIP_WITHOUT_GPU(gpu);
+  // worker-i.log is the launcher's i-th process; ranks follow registration order.
+  std::string logs = gpu.worker0 + ReadFile(gpu.logs + "/worker-1.log");
+  if (logs.find("share 1 visible GPUs") != std::string::npos) GTEST_SKIP() << "needs 2 GPUs";
+  EXPECT_NE(logs.find("NCCL host group, local rank 0 of 2"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("NCCL host group, local rank 1 of 2"), std::string::npos) << logs;
+  EXPECT_GT(JsonNumber(gpu.json, "time_nccl"), 0) << gpu.json;
+  Launch cpu = LaunchJob("cpu2-bsp", std::string(kBsp) + " --set cluster.workers=2 --set worker.device=cpu");
+  ASSERT_EQ(cpu.rc, 0) << cpu.output;
+  EXPECT_NEAR(JsonNumber(gpu.json, "auc"), JsonNumber(cpu.json, "auc"), 0.002) << gpu.json << "\n" << cpu.json;
+}
+
+// In async the host group applies one averaged dense step per host step where two CPU workers
+// apply two, so the runs differ by design; it must still train well.
+TEST(GpuWorkerTest, TwoGpuHostGroupTrainsInAsync) {
+  Launch gpu = LaunchJob("gpu2-async", " --set cluster.workers=2 --set worker.device=cuda");
+  SKIP_WITHOUT_GPU(gpu);
+  std::string logs = gpu.worker0 + ReadFile(gpu.logs + "/worker-1.log");
+  if (logs.find("share 1 visible GPUs") != std::string::npos) GTEST_SKIP() << "needs 2 GPUs";
+  EXPECT_NE(logs.find("NCCL host group, local rank 1 of 2"), std::string::npos) << logs;
   EXPECT_GT(JsonNumber(gpu.json, "auc"), 0.9 * JsonNumber(gpu.json, "oracle_auc")) << gpu.json;
 }
 
