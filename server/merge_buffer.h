@@ -1,13 +1,20 @@
 // MergeBuffer: the gradients of the pushes of one merge window, summed per key.
 //
 // Keys are sparse row ids (every entry `dim` floats) or dense chunk ids (each entry as wide as its
-// chunk). Add() sums into an existing entry (duplicate keys, within one push or across pushes,
-// are summed) or appends a new one; keys() / values() then hold the distinct keys in first-seen
-// order and their summed gradients concatenated in that order, which is the layout
-// Store::PushRows / PushChunks take, so a closed window is one Store call.
+// chunk). keys() holds the distinct keys in first-seen order; Gradients() gives, per key, a
+// pointer to its summed gradient, which is what Store::PushRows / PushChunks (pointer form) take,
+// so a closed window is one Store call.
 //
-// The index is an open-addressing table of entry numbers (linear probing, grown at 50% load);
-// Clear() keeps every allocation, so a steady stream of windows does not allocate.
+// Entries are kept by reference where possible: a key added once points at the floats it was
+// added with (AddRef: the caller keeps them alive and unchanged until Clear(), e.g. by Hold()ing
+// the push's values frame), so a window of mostly distinct keys copies no gradient at all. Only a
+// key added a second time gets a slot in the buffer's own arena (its first gradient copied, later
+// ones summed into it, in the order added: the same floats, bit for bit, as summing copies).
+// Add() copies into the arena at once (for gradients the caller cannot keep alive).
+//
+// The index is an open-addressing table of (key, entry) slots (linear probing, grown at 50% load),
+// so a probe touches one cache line; Clear() keeps every allocation, so a steady stream of windows
+// does not allocate.
 //
 // Thread-safety: none; owned by one TableShard, used under the server's work lock.
 #pragma once
@@ -15,6 +22,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "common/buffer.h"
+#include "server/huge_pages.h"
 
 namespace osprey::server {
 
@@ -31,35 +41,113 @@ class MergeBuffer {
   };
 
   // Adds `width` floats of gradient `g` for `key`. A key must always be added with the same width.
-  // `lr_weight` and `staleness` go into the entry's EntryStats.
+  // `lr_weight` and `staleness` go into the entry's EntryStats. AddRef keeps a pointer to `g`
+  // (valid and unchanged until Clear()); Add copies it.
+  void AddRef(uint64_t key, const float* g, size_t width, float lr_weight = 1.0f,
+              float staleness = 0.0f);
   void Add(uint64_t key, const float* g, size_t width, float lr_weight = 1.0f,
            float staleness = 0.0f);
+  // Keeps `b` (e.g. the values frame AddRef points into) alive until Clear().
+  void Hold(Buffer b) { held_.push_back(std::move(b)); }
   // Hint: `key` will be added soon (prefetches its index slot; a batch of adds is bound by these
   // cache misses once the index outgrows the cache).
-  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[Mix(key) & mask_]); }
-  // Multiplies every summed value by `factor` (the mean of a window: 1 / pushes).
-  void Scale(float factor);
-  // Forgets every entry, keeping the memory.
+  void Prefetch(uint64_t key) const { __builtin_prefetch(&slots_[Mix(key) & mask_], 1); }
+  // Forgets every entry and releases the held buffers, keeping the memory.
   void Clear();
 
   size_t num_keys() const { return keys_.size(); }
   bool empty() const { return keys_.empty(); }
   const uint64_t* keys() const { return keys_.data(); }
-  const float* values() const { return values_.data(); }
-  size_t num_values() const { return values_.size(); }
+  // num_keys() pointers: entry i's summed gradient. Valid until the next Add* or Clear().
+  const float* const* Gradients();
   const EntryStats* stats() const { return stats_.data(); }  // num_keys() entries
 
  private:
+  struct Slot {
+    uint64_t key;
+    uint32_t entry;  // kEmpty when unused
+  };
   static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
+  static constexpr size_t kNoArena = ~size_t{0};
   static uint64_t Mix(uint64_t key);
+  // The entry of `key`, or a new one (src = nullptr, arena = kNoArena); *added: whether new.
+  uint32_t Find(uint64_t key, bool* added);
+  void Merge(uint32_t e, const float* g, size_t width, float lr_weight, float staleness);
   void Grow();
 
   std::vector<uint64_t> keys_;     // distinct keys, first-seen order
-  std::vector<size_t> offsets_;    // offsets_[i]: first float of keys_[i] in values_
-  std::vector<float> values_;
+  std::vector<const float*> src_;  // entry's gradient when not in the arena (AddRef'd once)
+  std::vector<size_t> arena_;      // entry's first float in values_, or kNoArena
+  std::vector<float> values_;      // arena: copied / summed gradients
   std::vector<EntryStats> stats_;  // parallel to keys_
-  std::vector<uint32_t> slots_;    // entry index or kEmpty
+  std::vector<const float*> grads_;  // Gradients()
+  std::vector<Buffer> held_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
   size_t mask_ = 0;
+};
+
+}  // namespace osprey::server
+
+namespace osprey::server {
+
+// RowMergeBuffer: the same merge for a sparse table whose store has row ids
+// (Store::has_row_ids): pushes resolve their keys to row ids once (the one hash lookup their rows
+// need anyway) and the buffer only appends (row id, gradient reference, stats) per pushed row, with
+// no index of its own. Merge() then sorts the adds by row id (a stable radix sort, so a row's adds
+// stay in the order added) and sums duplicates in that order, into its own arena: the same floats,
+// bit for bit, as MergeBuffer. The rows come out in increasing id order, which is the order of the
+// store's arena, so the window's apply streams through memory instead of jumping.
+//
+// Thread-safety: none; owned by one TableShard, used under the server's work lock.
+class RowMergeBuffer {
+ public:
+  using EntryStats = MergeBuffer::EntryStats;
+
+  // Appends a pushed row: `width` floats of gradient `g` for store row `row`. AddRef keeps the
+  // pointer (valid and unchanged until Clear()); Add copies the floats.
+  void AddRef(uint32_t row, const float* g, float lr_weight = 1.0f, float staleness = 0.0f) {
+    adds_.push_back(PendingAdd{g, kNoArena, lr_weight, staleness, row});
+  }
+  void Add(uint32_t row, const float* g, size_t width, float lr_weight = 1.0f,
+           float staleness = 0.0f);
+  void Hold(Buffer b) { held_.push_back(std::move(b)); }
+  size_t num_adds() const { return adds_.size(); }
+  bool empty() const { return adds_.empty(); }
+
+  // Sorts and merges the adds (every one `width` floats wide); then rows(), Gradients() and
+  // stats() describe num_rows() distinct rows in increasing id order. Call once per window.
+  void Merge(size_t width);
+  size_t num_rows() const { return rows_.size(); }
+  const uint32_t* rows() const { return rows_.data(); }
+  const float* const* Gradients() const { return grads_.data(); }
+  const EntryStats* stats() const { return stats_.data(); }
+
+  // Forgets every add and releases the held buffers, keeping the memory.
+  void Clear();
+
+ private:
+  static constexpr size_t kNoArena = ~size_t{0};
+  struct PendingAdd {
+    const float* src;  // when not copied
+    size_t arena;      // first float in values_, or kNoArena
+    float lr_weight;
+    float staleness;
+    uint32_t row;
+  };
+  const float* Source(const PendingAdd& a) const {
+    return a.arena == kNoArena ? a.src : values_.data() + a.arena;
+  }
+  // order_: the indexes of adds_ sorted by row, stable.
+  void SortByRow();
+
+  std::vector<PendingAdd> adds_;
+  std::vector<float> values_;  // arena: copied adds, then summed duplicates
+  std::vector<Buffer> held_;
+  std::vector<uint64_t> order_, tmp_;  // (row << 32) | add index
+  std::vector<uint32_t> rows_;
+  std::vector<const float*> grads_;
+  std::vector<size_t> sum_at_;  // per output row: arena offset of its sum, or kNoArena
+  std::vector<EntryStats> stats_;
 };
 
 }  // namespace osprey::server

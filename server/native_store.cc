@@ -102,6 +102,33 @@ Status NativeStore::PushRows(uint32_t table, const uint64_t* keys, size_t n, con
   return Status::OK();
 }
 
+Status NativeStore::PushRows(uint32_t table, const uint64_t* keys, size_t n,
+                             const float* const* grads, const RowUpdate& update) {
+  SparseTable* t = sparse(table);
+  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
+  t->Push(keys, n, grads, update);
+  return Status::OK();
+}
+
+Status NativeStore::FindOrCreateRowIds(uint32_t table, const uint64_t* keys, size_t n,
+                                       uint32_t* ids) {
+  SparseTable* t = sparse(table);
+  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
+  t->FindOrCreateIds(keys, n, ids);
+  return Status::OK();
+}
+
+Status NativeStore::PushRowsById(uint32_t table, const uint32_t* ids, size_t n,
+                                 const float* const* grads, const RowUpdate& update) {
+  SparseTable* t = sparse(table);
+  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
+  if (n > 0 && *std::max_element(ids, ids + n) >= t->num_rows()) {
+    return Internal("row id out of range in table " + std::to_string(table));
+  }
+  t->PushIds(ids, n, grads, update);
+  return Status::OK();
+}
+
 Status NativeStore::RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
                                  uint64_t cap, uint64_t* out) const {
   SparseTable* t = sparse(table);
@@ -131,6 +158,18 @@ Status NativeStore::PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
     if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
     t->optimizer().Apply(c->w.data(), c->state.data(), grads, c->w.size(), options);
     grads += c->w.size();
+  }
+  return Status::OK();
+}
+
+Status NativeStore::PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                               const float* const* grads, const ApplyOptions& options) {
+  DenseTable* t = dense(table);
+  if (t == nullptr) return Internal("no dense table " + std::to_string(table));
+  for (size_t i = 0; i < n; ++i) {
+    DenseTable::Chunk* c = t->Get(chunks[i]);
+    if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
+    t->optimizer().Apply(c->w.data(), c->state.data(), grads[i], c->w.size(), options);
   }
   return Status::OK();
 }

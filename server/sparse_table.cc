@@ -51,8 +51,11 @@ void SparseTable::InitialWeights(uint64_t key, float* w) const {
 uint32_t SparseTable::NewRow(uint64_t key) {
   uint32_t row = static_cast<uint32_t>(num_rows_);
   if (row % kRowsPerBlock == 0 && row / kRowsPerBlock == blocks_.size()) {
-    blocks_.emplace_back(new float[kRowsPerBlock * row_floats_]);
-    history_.emplace_back(new uint64_t[kRowsPerBlock * kRowHistory]());
+    const size_t row_bytes = kRowsPerBlock * row_floats_ * sizeof(float);
+    const size_t hist_bytes = kRowsPerBlock * kRowHistory * sizeof(uint64_t);
+    blocks_.emplace_back(static_cast<float*>(HugeAlloc(row_bytes)), HugeDeleter{row_bytes});
+    history_.emplace_back(static_cast<uint64_t*>(HugeAlloc(hist_bytes)), HugeDeleter{hist_bytes});
+    std::memset(history_.back().get(), 0, hist_bytes);
   }
   float* p = RowPtr(row);
   InitialWeights(key, p);
@@ -62,7 +65,7 @@ uint32_t SparseTable::NewRow(uint64_t key) {
 }
 
 void SparseTable::Grow() {
-  std::vector<Slot> old;
+  std::vector<Slot, HugePageAllocator<Slot>> old;
   old.swap(slots_);
   slots_.assign(old.size() * 2, Slot{0, kEmpty});
   mask_ = slots_.size() - 1;
@@ -117,6 +120,16 @@ void SparseTable::Pull(const uint64_t* keys, size_t n, float* out) {
 
 void SparseTable::Push(const uint64_t* keys, size_t n, const float* grads,
                        const RowUpdate& update) {
+  PushImpl(keys, n, grads, nullptr, update);
+}
+
+void SparseTable::Push(const uint64_t* keys, size_t n, const float* const* grads,
+                       const RowUpdate& update) {
+  PushImpl(keys, n, nullptr, grads, update);
+}
+
+void SparseTable::PushImpl(const uint64_t* keys, size_t n, const float* g, const float* const* gp,
+                           const RowUpdate& update) {
   // Resolve a batch of rows (hash lookups with the two-stage prefetch), then hand the batch to
   // the optimizer in one call, which prefetches the rows' full lines ahead of the arithmetic.
   constexpr size_t kBatch = 64;
@@ -135,7 +148,38 @@ void SparseTable::Push(const uint64_t* keys, size_t n, const float* grads,
         h[0] = update.version;
       }
     }
-    optimizer_->ApplyRows(rows, grads + b * dim_, m, dim_, update.options,
+    const ApplyOptions* per_row = update.row_options ? update.row_options + b : nullptr;
+    if (gp != nullptr) {
+      optimizer_->ApplyRows(rows, gp + b, m, dim_, update.options, per_row);
+    } else {
+      optimizer_->ApplyRows(rows, g + b * dim_, m, dim_, update.options, per_row);
+    }
+  }
+}
+
+void SparseTable::FindOrCreateIds(const uint64_t* keys, size_t n, uint32_t* ids) {
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
+    ids[i] = FindOrCreateIndex(keys[i]);
+  }
+}
+
+void SparseTable::PushIds(const uint32_t* ids, size_t n, const float* const* grads,
+                          const RowUpdate& update) {
+  constexpr size_t kBatch = 64;
+  float* rows[kBatch];
+  for (size_t b = 0; b < n; b += kBatch) {
+    const size_t m = std::min(kBatch, n - b);
+    for (size_t j = 0; j < m; ++j) {
+      const uint32_t row = ids[b + j];
+      rows[j] = RowPtr(row);
+      if (update.version > 0) {
+        uint64_t* h = HistoryPtr(row);
+        for (int k = kRowHistory - 1; k > 0; --k) h[k] = h[k - 1];
+        h[0] = update.version;
+      }
+    }
+    optimizer_->ApplyRows(rows, grads + b, m, dim_, update.options,
                           update.row_options ? update.row_options + b : nullptr);
   }
 }

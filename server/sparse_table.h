@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/config/job_config.h"
+#include "server/huge_pages.h"
 #include "server/optim/optimizer.h"
 #include "server/store.h"
 
@@ -35,6 +36,13 @@ class SparseTable {
   // One optimizer step per key with grads[i*dim] (rows resolved in batches, then one
   // Optimizer::ApplyRows per batch); records update.version as the rows' latest update.
   void Push(const uint64_t* keys, size_t n, const float* grads, const RowUpdate& update);
+  // The same with key i's gradient at grads[i] (dim floats each).
+  void Push(const uint64_t* keys, size_t n, const float* const* grads, const RowUpdate& update);
+  // Row ids (Store::FindOrCreateRowIds): ids[i] = the index of keys[i]'s row, created if missing.
+  void FindOrCreateIds(const uint64_t* keys, size_t n, uint32_t* ids);
+  // Push by row id (each < num_rows()): one step on row ids[i] with grads[i]; records
+  // update.version. Rows in increasing id order are visited in storage order.
+  void PushIds(const uint32_t* ids, size_t n, const float* const* grads, const RowUpdate& update);
   // Per-row staleness of keys since table version `since`: see Store::RowStaleness.
   void Staleness(const uint64_t* keys, size_t n, uint64_t since, uint64_t cap,
                  uint64_t* out) const;
@@ -85,6 +93,9 @@ class SparseTable {
   uint64_t* HistoryPtr(uint32_t row) const {
     return history_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * kRowHistory;
   }
+  // Push with gradients contiguous at g or, when gp is set, at gp[i].
+  void PushImpl(const uint64_t* keys, size_t n, const float* g, const float* const* gp,
+                const RowUpdate& update);
   uint32_t NewRow(uint64_t key);
   uint32_t FindOrCreateIndex(uint64_t key);
   uint32_t FindIndex(uint64_t key) const;  // kEmpty when missing
@@ -95,11 +106,12 @@ class SparseTable {
   const size_t row_floats_;  // dim + state floats
   const config::InitConfig init_;
   const std::unique_ptr<Optimizer> optimizer_;
-  std::vector<Slot> slots_;
+  // Rows, history and index are randomly accessed over large ranges: huge pages (huge_pages.h).
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
   size_t mask_ = 0;
   uint64_t num_rows_ = 0;
-  std::vector<std::unique_ptr<float[]>> blocks_;
-  std::vector<std::unique_ptr<uint64_t[]>> history_;  // per block: kRowHistory per row
+  std::vector<std::unique_ptr<float[], HugeDeleter>> blocks_;
+  std::vector<std::unique_ptr<uint64_t[], HugeDeleter>> history_;  // per block: kRowHistory per row
 };
 
 }  // namespace osprey::server

@@ -58,6 +58,25 @@ class Store {
   // merged step per key merge first.
   virtual Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
                           const RowUpdate& update) = 0;
+  // The same with key i's gradient at grads[i] (dim floats each, anywhere in memory): a merge
+  // window's rows, most of which point into the pushes they came from.
+  virtual Status PushRows(uint32_t table, const uint64_t* keys, size_t n,
+                          const float* const* grads, const RowUpdate& update) = 0;
+  // Sparse row ids (optional, has_row_ids): a row's id is a small integer fixed when the row is
+  // created (ids are dense from 0, and a row never moves or dies while the store lives). Merge
+  // windows resolve each pushed key to its id once and apply by id (RowMergeBuffer), saving the
+  // second hash lookup and applying in storage order. Stores without ids return Unimplemented.
+  virtual bool has_row_ids(uint32_t table) const { return false; }
+  // ids[i] = the id of keys[i]'s row, creating missing rows (as PushRows would).
+  virtual Status FindOrCreateRowIds(uint32_t table, const uint64_t* keys, size_t n,
+                                    uint32_t* ids) {
+    return Unimplemented("this store has no sparse row ids");
+  }
+  // PushRows by id: one optimizer step per row ids[i] with gradient grads[i] (dim floats each).
+  virtual Status PushRowsById(uint32_t table, const uint32_t* ids, size_t n,
+                              const float* const* grads, const RowUpdate& update) {
+    return Unimplemented("this store has no sparse row ids");
+  }
   // Per-row staleness: out[i] = the number of PushRows calls with a version > `since` that
   // updated the row of keys[i]. Each row remembers the versions of its last kRowHistory updates
   // (not checkpointed: a restored row has no history), so the count is exact below
@@ -71,6 +90,9 @@ class Store {
   virtual Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) = 0;
   virtual Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
                             const ApplyOptions& options) = 0;
+  // The same with chunk i's gradient at grads[i] (the chunk's floats).
+  virtual Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                            const float* const* grads, const ApplyOptions& options) = 0;
   // Sets chunk values unless the chunk was already initialized (first writer wins), so every
   // worker may send the same initial values without coordination.
   virtual Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,

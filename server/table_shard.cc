@@ -28,7 +28,8 @@ TableShard::TableShard(uint32_t id, const proto::TableSpec& spec, const config::
       num_chunks_(num_chunks),
       mode_(ParseMode(config.consistency.mode)),
       store_(store),
-      counters_(counters) {
+      counters_(counters),
+      row_ids_(spec.type() == proto::TABLE_SPARSE && store->has_row_ids(id)) {
   if (cc_.dc_lambda > 0) {
     dc_ = std::make_unique<DelayCompensation>(cc_.dc_lambda, sparse(),
                                               [this](uint64_t key) { return Width(key); });
@@ -86,6 +87,15 @@ Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* g,
   return store_->PushRows(id_, keys, n, g, u);
 }
 
+Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* const* g,
+                              const ApplyOptions& o, const ApplyOptions* row_options) {
+  if (!sparse()) return store_->PushChunks(id_, keys, n, g, o);
+  RowUpdate u(o);
+  u.row_options = row_options;
+  u.version = version_ + 1;
+  return store_->PushRows(id_, keys, n, g, u);
+}
+
 Status TableShard::RowPolicies(const proto::Header& h, uint64_t s, const uint64_t** keys,
                                size_t* n, const float** g) {
   row_s_.resize(*n);
@@ -118,10 +128,10 @@ Status TableShard::RowPolicies(const proto::Header& h, uint64_t s, const uint64_
   return Status::OK();
 }
 
-const ApplyOptions* TableShard::RowOptions(const MergeBuffer& b, float grad_scale) {
-  row_opts_.resize(b.num_keys());
-  const MergeBuffer::EntryStats* st = b.stats();
-  for (size_t i = 0; i < b.num_keys(); ++i) {
+const ApplyOptions* TableShard::RowOptions(const MergeBuffer::EntryStats* st, size_t n,
+                                           float grad_scale) {
+  row_opts_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
     row_opts_[i] = Options(static_cast<int>(st[i].adds), st[i].lr_weight_sum, st[i].staleness_sum);
     row_opts_[i].grad_scale = grad_scale;
   }
@@ -135,6 +145,16 @@ void TableShard::RecordPull(const proto::Header& h, const uint64_t* keys, size_t
 
 Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
                         int64_t now_us) {
+  return PushImpl(h, keys, n, g, nullptr, now_us);
+}
+
+Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n,
+                        const Buffer& values, int64_t now_us) {
+  return PushImpl(h, keys, n, values.as<float>(), &values, now_us);
+}
+
+Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t n,
+                            const float* g, const Buffer* values, int64_t now_us) {
   bool any_bad = false;
   OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
   if (mode_ != kAsync) Progress(h.worker_rank(), h.clock() + 1);
@@ -197,24 +217,64 @@ Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, 
     std::swap(w.buffer, spare_.back());
     spare_.pop_back();
   }
+  if (inserted && !spare_rows_.empty()) {
+    std::swap(w.rows, spare_rows_.back());
+    spare_rows_.pop_back();
+  }
   if (w.pushes == 0) w.first_us = now_us;
   ++w.pushes;
   w.lr_weight_sum += lr_weight;
   w.staleness_sum += static_cast<double>(s);
   w.any_stale = w.any_stale || per_row;
-  constexpr size_t kPrefetchAhead = 8;
+  // Rows are merged by reference into the push's own values frame when g still is that frame
+  // (not a DC-ASGD or drop_above rewrite, which live in scratch reused by the next push): the
+  // window holds the frame until it closes, and only keys pushed again are copied.
+  const bool by_ref = values != nullptr && g == values->as<float>();
+  if (by_ref && row_ids_) w.rows.Hold(*values);
+  if (by_ref && !row_ids_) w.buffer.Hold(*values);
+  if (row_ids_) return MergeRows(&w, keys, n, g, by_ref, any_bad, per_row);
+  constexpr size_t kPrefetchAhead = 16;
   for (size_t i = 0, off = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) w.buffer.Prefetch(keys[i + kPrefetchAhead]);
     size_t width = Width(keys[i]);
     if (any_bad && !AllFinite(g + off, width)) {
       counters_->rows_skipped.fetch_add(1, std::memory_order_relaxed);
-    } else if (per_row) {
-      w.buffer.Add(keys[i], g + off, width, static_cast<float>(weight(row_s_[i])),
-                   static_cast<float>(row_s_[i]));
     } else {
-      w.buffer.Add(keys[i], g + off, width);
+      const float lw = per_row ? static_cast<float>(weight(row_s_[i])) : 1.0f;
+      const float st = per_row ? static_cast<float>(row_s_[i]) : 0.0f;
+      if (by_ref) {
+        w.buffer.AddRef(keys[i], g + off, width, lw, st);
+      } else {
+        w.buffer.Add(keys[i], g + off, width, lw, st);
+      }
     }
     off += width;
+  }
+  return Status::OK();
+}
+
+Status TableShard::MergeRows(Window* w, const uint64_t* keys, size_t n, const float* g,
+                             bool by_ref, bool any_bad, bool per_row) {
+  auto weight = [](uint64_t st) { return 1.0 / std::max<double>(1.0, static_cast<double>(st)); };
+  const size_t dim = spec_.dim();
+  ids_.resize(n);
+  if (!any_bad) OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys, n, ids_.data()));
+  for (size_t i = 0; i < n; ++i) {
+    const float* row_g = g + i * dim;
+    if (any_bad) {  // skip_row: left-out rows are not even created
+      if (!AllFinite(row_g, dim)) {
+        counters_->rows_skipped.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys + i, 1, &ids_[i]));
+    }
+    const float lw = per_row ? static_cast<float>(weight(row_s_[i])) : 1.0f;
+    const float st = per_row ? static_cast<float>(row_s_[i]) : 0.0f;
+    if (by_ref) {
+      w->rows.AddRef(ids_[i], row_g, lw, st);
+    } else {
+      w->rows.Add(ids_[i], row_g, dim, lw, st);
+    }
   }
   return Status::OK();
 }
@@ -226,12 +286,23 @@ Status TableShard::ApplyWindow(Window* w) {
   const float mean = cc_.merge_reduce == "mean" && w->pushes > 1 ? 1.0f / w->pushes : 1.0f;
   // Sparse windows with a stale push: per-row options (only when a policy reads staleness).
   const bool policies = cc_.lr_scale == "inverse" || (cc_.momentum_decay && momentum_ > 0);
-  const ApplyOptions* row_options =
-      sparse() && w->any_stale && policies ? RowOptions(w->buffer, mean) : nullptr;
+  const bool row_policies = sparse() && w->any_stale && policies;
   ApplyOptions shared = Options(w->pushes, w->lr_weight_sum, w->staleness_sum);
   shared.grad_scale = mean;
-  Status s = StoreApply(w->buffer.keys(), w->buffer.num_keys(), w->buffer.values(), shared,
-                        row_options);
+  Status s;
+  if (row_ids_) {
+    RowMergeBuffer& b = w->rows;
+    b.Merge(spec_.dim());
+    RowUpdate u(shared);
+    u.row_options = row_policies ? RowOptions(b.stats(), b.num_rows(), mean) : nullptr;
+    u.version = version_ + 1;
+    s = store_->PushRowsById(id_, b.rows(), b.num_rows(), b.Gradients(), u);
+    b.Clear();
+  } else {
+    MergeBuffer& b = w->buffer;
+    s = StoreApply(b.keys(), b.num_keys(), b.Gradients(), shared,
+                   row_policies ? RowOptions(b.stats(), b.num_keys(), mean) : nullptr);
+  }
   ++version_;
   counters_->pushes_applied.fetch_add(w->pushes, std::memory_order_relaxed);
   counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
@@ -282,6 +353,7 @@ Status TableShard::Advance(int64_t now_us, std::vector<HeldPull>* ready) {
       if (first.ok()) first = s;
       done_ = std::max(done_, windows_.begin()->first + 1);
       if (spare_.size() < 2) spare_.push_back(std::move(windows_.begin()->second.buffer));
+      if (spare_rows_.size() < 2) spare_rows_.push_back(std::move(windows_.begin()->second.rows));
       windows_.erase(windows_.begin());
     }
     if (!nobody) done_ = std::max(done_, std::min(target, cut_clock_));

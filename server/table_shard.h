@@ -116,6 +116,12 @@ class TableShard {
   // non-finite gradient under `reject`; Internal from the store.
   Status Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
               int64_t now_us);
+  // The same with the push's values frame: a merge window then keeps `values` alive until it
+  // closes and merges its rows by reference (MergeBuffer::AddRef) instead of copying them, so an
+  // open window holds its pushes' frames (at most the sum of their sizes). The floats must not
+  // change while held. Prefer this form whenever the caller has the frame as a Buffer.
+  Status Push(const proto::Header& h, const uint64_t* keys, size_t n, const Buffer& values,
+              int64_t now_us);
   // Records the pull's clock and says whether it may be answered now.
   bool PullReady(const proto::Header& h);
   void Hold(HeldPull pull) {
@@ -156,7 +162,8 @@ class TableShard {
 
  private:
   struct Window {
-    MergeBuffer buffer;
+    MergeBuffer buffer;     // dense tables, and sparse ones on a store without row ids
+    RowMergeBuffer rows;    // sparse tables on a store with row ids (row_ids_)
     int pushes = 0;
     double lr_weight_sum = 0;  // sum of 1 / max(1, s_i)
     double staleness_sum = 0;
@@ -173,11 +180,19 @@ class TableShard {
   // number of rows kept.
   Status RowPolicies(const proto::Header& h, uint64_t s, const uint64_t** keys, size_t* n,
                      const float** g);
-  // Per-row options of a window's rows from the merge buffer's entry stats.
-  const ApplyOptions* RowOptions(const MergeBuffer& b, float grad_scale);
+  // Per-row options of a window's n rows from the merge buffer's entry stats.
+  const ApplyOptions* RowOptions(const MergeBuffer::EntryStats* st, size_t n, float grad_scale);
+  // Merges a push's n rows (gradients at g, kept by reference when by_ref) into w.rows.
+  Status MergeRows(Window* w, const uint64_t* keys, size_t n, const float* g, bool by_ref,
+                   bool any_bad, bool per_row);
   Status CheckFinite(const uint64_t* keys, size_t n, const float* g, bool* any_bad) const;
+  // values: the push's frame when g points into it (merged by reference), else null.
+  Status PushImpl(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
+                  const Buffer* values, int64_t now_us);
   Status StoreApply(const uint64_t* keys, size_t n, const float* g, const ApplyOptions& o,
                     const ApplyOptions* row_options = nullptr);
+  Status StoreApply(const uint64_t* keys, size_t n, const float* const* g, const ApplyOptions& o,
+                    const ApplyOptions* row_options);
   Status ApplyWindow(Window* w);
   void Progress(int worker, int64_t clock);
   // Progress of the slowest live worker; max() when there is none.
@@ -191,11 +206,13 @@ class TableShard {
   const int mode_;  // kBsp / kSsp / kAsync
   Store* const store_;
   ServerCounters* const counters_;
+  const bool row_ids_;  // sparse table on a store with row ids: windows merge by row id
 
   uint64_t version_ = 0;
   int64_t done_ = 0;                      // bsp: clocks closed
   std::map<int64_t, Window> windows_;     // bsp: by clock; ssp/async: one, at clock 0
   std::vector<MergeBuffer> spare_;        // bsp: cleared buffers of closed windows, reused
+  std::vector<RowMergeBuffer> spare_rows_;
   std::unordered_map<int, int64_t> progress_;
   std::vector<int> live_;
   bool live_known_ = false;
@@ -205,6 +222,7 @@ class TableShard {
   // Scratch of Push / ApplyWindow, kept to avoid allocating per push.
   std::vector<float> dc_g_, dc_w_;
   std::vector<uint64_t> row_s_, kept_keys_;
+  std::vector<uint32_t> ids_;
   std::vector<float> kept_g_;
   std::vector<ApplyOptions> row_opts_;
 };

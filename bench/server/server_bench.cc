@@ -2,7 +2,8 @@
 //
 // A sparse table of --rows rows (NativeStore, created before timing) receives pushes of --keys
 // distinct random keys each, through TableShard exactly as the server's request thread drives it
-// (decode-free fp32 pushes, async mode): `window1` applies every push on arrival (merge_max_pushes
+// (decode-free fp32 pushes passed as a Buffer like the server's values frame, async mode):
+// `window1` applies every push on arrival (merge_max_pushes
 // 1: the apply-per-push baseline), `window4` merges 4 pushes into the merge buffer and applies one
 // optimizer step to the merged rows. Per case it prints the median of --runs timed passes (after a
 // warm-up) as pushed rows per second, ns per pushed row, and the memory traffic implied by the
@@ -74,13 +75,15 @@ double RunCase(OptimizerType type, int dim, int per_window, const Options& o, do
   std::vector<float> g(o.keys * dim);
   std::uniform_real_distribution<float> u(-0.01f, 0.01f);
   for (float& x : g) x = u(rng);
+  // Pushed as the server does: the values frame as a Buffer (a merge window may hold it).
+  const Buffer values = Buffer::Copy(g.data(), g.size() * sizeof(float));
 
   auto pass = [&] {
     std::vector<HeldPull> ready;
     for (const auto& p : pushes) {
       proto::Header h;
       h.set_version(shard.version());
-      if (!shard.Push(h, p.data(), p.size(), g.data(), 0).ok()) std::abort();
+      if (!shard.Push(h, p.data(), p.size(), values, 0).ok()) std::abort();
       if (!shard.Advance(0, &ready).ok()) std::abort();
     }
   };

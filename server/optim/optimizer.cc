@@ -207,40 +207,61 @@ void Optimizer::Apply(float* w, float* state, const float* g, size_t dim,
 }
 
 template <OptimizerType T>
-void Optimizer::ApplyRowsTyped(float* const* rows, const float* g, size_t n, size_t dim,
-                               const ApplyOptions& shared, const ApplyOptions* per_row) const {
+void Optimizer::ApplyRowsTyped(float* const* rows, const float* g, const float* const* gp, size_t n,
+                               size_t dim, const ApplyOptions& shared,
+                               const ApplyOptions* per_row) const {
   // Rows are scattered over the arena: each one is a run of cache misses that the hardware
   // prefetcher cannot predict. Ask for row i + kRowsAhead (every line of weights and state, for
-  // writing) while row i is computed, so its misses overlap this row's arithmetic.
-  constexpr size_t kRowsAhead = 3;
+  // writing) while row i is computed, so its misses overlap this row's arithmetic. Gradients
+  // given by pointer (gp) may be scattered too: their lines are asked for as well, and from
+  // further ahead, since each row then waits on two independent misses (measured on the server
+  // bench: 6 beats 3 there, 3 stays best for contiguous gradients).
+  const size_t kRowsAhead = gp != nullptr ? 6 : 3;
   const size_t row_bytes = (dim + state_floats(dim)) * sizeof(float);
+  const size_t grad_bytes = dim * sizeof(float);
   auto prefetch = [&](size_t i) {
     const char* r = reinterpret_cast<const char*>(rows[i]);
     for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(r + b, 1, 3);
+    if (gp != nullptr) {
+      const char* q = reinterpret_cast<const char*>(gp[i]);
+      for (size_t b = 0; b < grad_bytes; b += 64) __builtin_prefetch(q + b, 0, 3);
+    }
   };
   for (size_t i = 0; i < std::min(n, kRowsAhead); ++i) prefetch(i);
   for (size_t i = 0; i < n; ++i) {
     if (i + kRowsAhead < n) prefetch(i + kRowsAhead);
-    ApplyTyped<T>(rows[i], rows[i] + dim, g + i * dim, dim, per_row ? per_row[i] : shared);
+    ApplyTyped<T>(rows[i], rows[i] + dim, gp != nullptr ? gp[i] : g + i * dim, dim,
+                  per_row ? per_row[i] : shared);
+  }
+}
+
+void Optimizer::Dispatch(float* const* rows, const float* g, const float* const* gp, size_t n,
+                         size_t dim, const ApplyOptions& shared,
+                         const ApplyOptions* per_row) const {
+  switch (config_.type) {
+    case OptimizerType::kSgd:
+      return ApplyRowsTyped<OptimizerType::kSgd>(rows, g, gp, n, dim, shared, per_row);
+    case OptimizerType::kMomentum:
+      return ApplyRowsTyped<OptimizerType::kMomentum>(rows, g, gp, n, dim, shared, per_row);
+    case OptimizerType::kNesterov:
+      return ApplyRowsTyped<OptimizerType::kNesterov>(rows, g, gp, n, dim, shared, per_row);
+    case OptimizerType::kAdagrad:
+      return ApplyRowsTyped<OptimizerType::kAdagrad>(rows, g, gp, n, dim, shared, per_row);
+    case OptimizerType::kAdam:
+      return ApplyRowsTyped<OptimizerType::kAdam>(rows, g, gp, n, dim, shared, per_row);
+    case OptimizerType::kFtrl:
+      return ApplyRowsTyped<OptimizerType::kFtrl>(rows, g, gp, n, dim, shared, per_row);
   }
 }
 
 void Optimizer::ApplyRows(float* const* rows, const float* g, size_t n, size_t dim,
                           const ApplyOptions& shared, const ApplyOptions* per_row) const {
-  switch (config_.type) {
-    case OptimizerType::kSgd:
-      return ApplyRowsTyped<OptimizerType::kSgd>(rows, g, n, dim, shared, per_row);
-    case OptimizerType::kMomentum:
-      return ApplyRowsTyped<OptimizerType::kMomentum>(rows, g, n, dim, shared, per_row);
-    case OptimizerType::kNesterov:
-      return ApplyRowsTyped<OptimizerType::kNesterov>(rows, g, n, dim, shared, per_row);
-    case OptimizerType::kAdagrad:
-      return ApplyRowsTyped<OptimizerType::kAdagrad>(rows, g, n, dim, shared, per_row);
-    case OptimizerType::kAdam:
-      return ApplyRowsTyped<OptimizerType::kAdam>(rows, g, n, dim, shared, per_row);
-    case OptimizerType::kFtrl:
-      return ApplyRowsTyped<OptimizerType::kFtrl>(rows, g, n, dim, shared, per_row);
-  }
+  Dispatch(rows, g, nullptr, n, dim, shared, per_row);
+}
+
+void Optimizer::ApplyRows(float* const* rows, const float* const* grads, size_t n, size_t dim,
+                          const ApplyOptions& shared, const ApplyOptions* per_row) const {
+  Dispatch(rows, nullptr, grads, n, dim, shared, per_row);
 }
 
 bool AllFinite(const float* g, size_t n) { return optim_internal::AllFiniteLoop(g, n); }

@@ -134,6 +134,11 @@ class Optimizer {
   // the server's sparse merge-then-apply path is bound by (rows are random in a large arena).
   void ApplyRows(float* const* rows, const float* g, size_t n, size_t dim,
                  const ApplyOptions& shared, const ApplyOptions* per_row = nullptr) const;
+  // The same with row i's gradient at grads[i] (dim floats each, anywhere in memory: e.g. a merge
+  // window's rows pointing into the pushes they came from). Bit-identical to the contiguous form
+  // on the same gradients; prefetches the gradients along with the rows.
+  void ApplyRows(float* const* rows, const float* const* grads, size_t n, size_t dim,
+                 const ApplyOptions& shared, const ApplyOptions* per_row = nullptr) const;
 
   const OptimizerConfig& config() const { return config_; }
 
@@ -142,9 +147,12 @@ class Optimizer {
   template <OptimizerType T>
   void ApplyTyped(float* w, float* state, const float* g, size_t dim,
                   const ApplyOptions& opt) const;
+  // Row i's gradient: gp[i] when gp is set, else g + i * dim.
   template <OptimizerType T>
-  void ApplyRowsTyped(float* const* rows, const float* g, size_t n, size_t dim,
-                      const ApplyOptions& shared, const ApplyOptions* per_row) const;
+  void ApplyRowsTyped(float* const* rows, const float* g, const float* const* gp, size_t n,
+                      size_t dim, const ApplyOptions& shared, const ApplyOptions* per_row) const;
+  void Dispatch(float* const* rows, const float* g, const float* const* gp, size_t n, size_t dim,
+                const ApplyOptions& shared, const ApplyOptions* per_row) const;
 
   const OptimizerConfig config_;
   // log(beta1), log(beta2): Adam's per-row bias corrections 1 - beta^t are
