@@ -132,6 +132,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
   proto::BarrierRequest barrier;
   proto::WorkerReport report;
   proto::HostGroupRequest host_group;
+  proto::ServerReport server_report;
   google::protobuf::MessageLite* body = nullptr;
   Status valid;
   switch (op) {
@@ -140,6 +141,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     case proto::OP_BARRIER: body = &barrier; break;
     case proto::OP_REPORT: body = &report; break;
     case proto::OP_HOST_GROUP: body = &host_group; break;
+    case proto::OP_SERVER_REPORT: body = &server_report; break;
     case proto::OP_CLUSTER_STATE:
     case proto::OP_SHUTDOWN: break;
     default: valid = Unimplemented("the coordinator does not serve " + OpName(op));
@@ -159,6 +161,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     case proto::OP_BARRIER: state_.OnBarrier(from, barrier, now, out); break;
     case proto::OP_REPORT: state_.OnReport(from, report, now, out); break;
     case proto::OP_HOST_GROUP: state_.OnHostGroup(from, host_group, out); break;
+    case proto::OP_SERVER_REPORT: state_.OnServerReport(from, server_report, now, out); break;
     case proto::OP_CLUSTER_STATE:
       out->push_back(OutgoingReply{from, Status::OK(), SerializeMessage(state_.Snapshot())});
       break;

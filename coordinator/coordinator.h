@@ -15,6 +15,8 @@
 //                     (a death can release it).
 //   OP_REPORT         WorkerReport -> empty reply. When every live worker reported, the state says
 //                     done and shutting_down; servers see it on their next heartbeat and exit.
+//   OP_SERVER_REPORT  ServerReport -> empty reply: a server's final statistics, sent once it saw
+//                     shutting_down; kept in ClusterState.server_reports (the launcher's report).
 //   OP_CLUSTER_STATE  -> ClusterState; no registration needed (the launcher polls it).
 //   OP_SHUTDOWN       optional values: a reason (UTF-8 text) -> empty reply; starts shutting down,
 //                     the reason becomes the failure.

@@ -43,6 +43,11 @@ Status CoordinatorClient::Report(const proto::WorkerReport& report, int timeout_
   return rpc_->Call(proto::OP_REPORT, &report, nullptr, timeout_ms);
 }
 
+Status CoordinatorClient::ReportServer(const proto::ServerReport& report, int timeout_ms) {
+  return rpc_->Call(proto::OP_SERVER_REPORT, &report, nullptr, timeout_ms)
+      .WithContext("server report");
+}
+
 StatusOr<proto::HostGroupReply> CoordinatorClient::HostGroup(int rank, const std::string& nccl_id, int timeout_ms) {
   proto::HostGroupRequest request;
   request.set_rank(rank);

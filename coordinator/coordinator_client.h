@@ -57,6 +57,9 @@ class CoordinatorClient {
   Status Barrier(const std::string& name, proto::Role role, int rank, int timeout_ms);
   // Sends a worker's final report.
   Status Report(const proto::WorkerReport& report, int timeout_ms);
+  // Sends a server's final statistics (OP_SERVER_REPORT). DeadlineExceeded when the coordinator
+  // is gone; the server should then warn and exit anyway.
+  Status ReportServer(const proto::ServerReport& report, int timeout_ms);
   // The NCCL host group exchange (OP_HOST_GROUP): local rank 0 passes the id it made, the others
   // pass "" and block until it arrives (or timeout_ms). Returns the id.
   StatusOr<proto::HostGroupReply> HostGroup(int rank, const std::string& nccl_id, int timeout_ms);

@@ -142,6 +142,7 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
   node.endpoint = req.endpoint();
   node.host = req.host();
   node.pid = req.pid();
+  node.sends_report = req.role() == proto::ROLE_SERVER && req.sends_server_report();
   node.pending_register = from;
   std::vector<Node>& nodes = NodesOf(req.role());
   nodes.push_back(std::move(node));
@@ -312,6 +313,24 @@ void JobState::OnReport(const ReplyAddress& from, const proto::WorkerReport& rep
   CheckDone(now, out);
 }
 
+void JobState::OnServerReport(const ReplyAddress& from, const proto::ServerReport& report,
+                              Clock::time_point now, Outbox* out) {
+  Status error;
+  Node* node = FindNode(proto::ROLE_SERVER, report.rank(), &error);
+  if (node == nullptr) {
+    ReplyError(out, from, error);
+    return;
+  }
+  node->last_seen = now;
+  node->reported = true;
+  if (shutting_down_) node->told = true;
+  server_reports_[report.rank()] = report;
+  OSPREY_LOG_INFO("server {} reported: {} optimizer steps, {} pushes applied, {} pulls held",
+                  report.rank(), report.stats().windows_applied(), report.stats().pushes_applied(),
+                  report.stats().pulls_held());
+  ReplyEmpty(out, from);
+}
+
 void JobState::OnHostGroup(const ReplyAddress& from, const proto::HostGroupRequest& req, Outbox* out) {
   Status error;
   Node* node = FindNode(proto::ROLE_WORKER, req.rank(), &error);
@@ -448,6 +467,10 @@ bool JobState::over(Clock::time_point now) const {
       if (n.alive && !n.told && !n.reported) return false;
     }
   }
+  // Servers that promised their final statistics are waited for (within the grace period).
+  for (const Node& n : servers_) {
+    if (n.alive && n.sends_report && !n.reported) return false;
+  }
   return true;
 }
 
@@ -475,6 +498,7 @@ proto::ClusterState JobState::Snapshot() const {
   }
   s.set_shutting_down(shutting_down_);
   for (const auto& [rank, report] : reports_) *s.add_reports() = report;
+  for (const auto& [rank, report] : server_reports_) *s.add_server_reports() = report;
   s.set_done(done_);
   s.set_num_servers(cluster_.num_servers);
   s.set_num_workers(cluster_.num_workers);

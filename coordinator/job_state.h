@@ -16,8 +16,10 @@
 //    reported" rule stop waiting for it. A worker that has sent its final report may exit; it is
 //    no longer expected to heartbeat and stays alive in the state.
 //  - The job is over once it is shutting down (done, failed, or asked to) and every live node
-//    that still runs has been told (got a reply with shutting_down), or a grace period of
-//    heartbeat_timeout_ms has passed.
+//    that still runs has been told (got a reply with shutting_down) -- and every live server that
+//    registered with sends_server_report has sent its ServerReport -- or a grace period of
+//    heartbeat_timeout_ms has passed. A server that sent its report may exit; like a reported
+//    worker it is no longer expected to heartbeat.
 //
 // Thread-safety: none; the Coordinator serializes every call under its mutex.
 #pragma once
@@ -68,6 +70,11 @@ class JobState {
                  Outbox* out);
   void OnReport(const ReplyAddress& from, const proto::WorkerReport& report,
                 Clock::time_point now, Outbox* out);
+  // OP_SERVER_REPORT: a server's final statistics; kept (a later one from the same rank replaces
+  // it) and carried by Snapshot().server_reports. Errors: as a heartbeat's (unknown or dead rank,
+  // rendezvous not complete).
+  void OnServerReport(const ReplyAddress& from, const proto::ServerReport& report,
+                      Clock::time_point now, Outbox* out);
   // OP_HOST_GROUP: local rank 0 of a host posts its NCCL unique id; every request of that host
   // (earlier or later) is answered with it. Errors: unknown rank, a local rank 0 without an id,
   // an id from another local rank, an id larger than 1024 bytes.
@@ -104,7 +111,8 @@ class JobState {
     int64_t clock = 0;
     double loss = 0;
     uint64_t samples = 0;
-    bool reported = false;
+    bool reported = false;  // workers: WorkerReport; servers: ServerReport
+    bool sends_report = false;  // servers: promised a ServerReport at registration
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
     int local_rank = 0;  // workers: place among the workers of the same host (by rank)
     int local_size = 1;
@@ -135,6 +143,7 @@ class JobState {
   // (barrier name, role) -> rank -> waiting request
   std::map<std::pair<std::string, int>, std::map<int, ReplyAddress>> barriers_;
   std::map<int, proto::WorkerReport> reports_;  // by worker rank
+  std::map<int, proto::ServerReport> server_reports_;  // by server rank
   // NCCL host groups: host -> the id its local rank 0 posted, and the requests waiting for it.
   std::map<std::string, std::string> host_ids_;
   std::map<std::string, std::vector<std::pair<ReplyAddress, int>>> host_waiting_;  // (address, rank)

@@ -502,7 +502,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
     OSPREY_RETURN_IF_ERROR(store_->InitChunks(id, keys, n, g));
   } else {
     bool had_deadline = t.NextDeadlineUs() != TableShard::kNoDeadline;
-    OSPREY_RETURN_IF_ERROR(t.Push(h, keys, n, g, NowUs()));
+    OSPREY_RETURN_IF_ERROR(t.Push(h, keys, n, push_values, NowUs()));
     Release(&t);
     MaybeTakeCut();
     if (!had_deadline && t.NextDeadlineUs() != TableShard::kNoDeadline) timer_cv_.notify_one();

@@ -3,7 +3,9 @@
 //   osprey-server --config JOB.yaml [--set key=value]... [--listen ENDPOINT] [--restore DIR]
 //
 // Binds (tcp://HOST:0 or ipc://IPC_DIR/server-PID.sock unless --listen), registers with the
-// coordinator, creates its shards, serves until the coordinator says the job is over.
+// coordinator, creates its shards, serves until the coordinator says the job is over, then sends
+// its final statistics (OP_SERVER_REPORT; a coordinator that is gone costs a bounded wait and a
+// warning, not a failure).
 // Exit codes: 0 job finished, 1 runtime failure (coordinator lost, bind failed), 2 usage/config.
 #include <unistd.h>
 
@@ -36,6 +38,32 @@ std::string DefaultEndpoint(const osprey::config::ClusterConfig& c) {
 int Fail(const osprey::Status& s, const char* what) {
   OSPREY_LOG_ERROR("{}: {}", what, s.ToString());
   return 1;
+}
+
+// The final statistics the coordinator keeps for the launcher's report.
+osprey::proto::ServerReport MakeServerReport(int rank, const osprey::server::ServerStatsSnapshot& st,
+                                             const osprey::server::DecodeStats& ds) {
+  osprey::proto::ServerReport r;
+  r.set_rank(rank);
+  osprey::proto::ServerStats* p = r.mutable_stats();
+  p->set_requests(st.requests);
+  p->set_bad_requests(st.bad_requests);
+  p->set_bytes_in(st.bytes_in);
+  p->set_bytes_out(st.bytes_out);
+  p->set_pushes_applied(st.pushes_applied);
+  p->set_pushes_dropped(st.pushes_dropped);
+  p->set_rows_dropped(st.rows_dropped);
+  p->set_rows_skipped(st.rows_skipped);
+  p->set_windows_applied(st.windows_applied);
+  p->set_pulls_held(st.pulls_held);
+  p->set_dc_compensated(st.dc_compensated);
+  p->set_dc_uncompensated(st.dc_uncompensated);
+  for (uint64_t b : st.staleness) p->add_staleness_histogram(b);
+  r.set_decoded_pushes(ds.frames.load());
+  r.set_decode_bytes_encoded(ds.bytes_encoded.load());
+  r.set_decode_bytes_decoded(ds.bytes_decoded.load());
+  r.set_decode_seconds(static_cast<double>(ds.decode_nanos.load()) / 1e9);
+  return r;
 }
 
 }  // namespace
@@ -81,6 +109,7 @@ int main(int argc, char** argv) {
   req.set_host("localhost");
   req.set_pid(getpid());
   req.set_requested_rank(-1);
+  req.set_sends_server_report(true);
   auto reg = (*coord)->Register(req, job->cluster.startup_timeout_ms);
   if (!reg.ok()) return Fail(reg.status(), "register");
   // Every worker is live at the start (all registered before the reply); heartbeats update it.
@@ -148,6 +177,16 @@ int main(int argc, char** argv) {
     OSPREY_LOG_INFO("server {} decoded {} compressed pushes: {} -> {} B in {:.1f} ms", rank,
                     ds.frames.load(), ds.bytes_encoded.load(), ds.bytes_decoded.load(),
                     ds.decode_nanos.load() / 1e6);
+  }
+  if (finished.load() && !lost.load()) {
+    // The coordinator waits for this (at most heartbeat_timeout_ms after it began shutting
+    // down), so waiting longer than that for the reply is pointless.
+    const int timeout_ms = std::min(job->cluster.heartbeat_timeout_ms, job->client.timeout_ms);
+    Status sent = (*coord)->ReportServer(MakeServerReport(rank, st, ds), timeout_ms);
+    if (!sent.ok()) {
+      OSPREY_LOG_WARN("server {}: final statistics not delivered to the coordinator: {}", rank,
+                      sent.ToString());
+    }
   }
   (*coord)->Stop();
   srv.Stop();

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace osprey::tools {
 namespace {
@@ -22,6 +24,88 @@ std::string Fixed(double v, int digits) {
   char buf[40];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
   return buf;
+}
+
+void AddServerReports(const proto::ClusterState& state, JobReport* r) {
+  for (const proto::ServerReport& sr : state.server_reports()) {
+    const proto::ServerStats& st = sr.stats();
+    ++r->num_server_reports;
+    r->windows_applied += st.windows_applied();
+    r->pushes_applied += st.pushes_applied();
+    r->pushes_dropped += st.pushes_dropped();
+    r->rows_dropped += st.rows_dropped();
+    r->rows_skipped += st.rows_skipped();
+    r->pulls_held += st.pulls_held();
+    r->decoded_pushes += sr.decoded_pushes();
+    r->decode_bytes_encoded += sr.decode_bytes_encoded();
+    r->decode_bytes_decoded += sr.decode_bytes_decoded();
+    r->decode_seconds += sr.decode_seconds();
+    const int buckets = st.staleness_histogram_size();
+    if (static_cast<int>(r->staleness.size()) < buckets) r->staleness.resize(buckets, 0);
+    for (int i = 0; i < buckets; ++i) r->staleness[i] += st.staleness_histogram(i);
+  }
+}
+
+// "0: 120 (96.0%), [1,2): 4 (3.2%), >=4: 1 (0.8%)": the non-empty buckets.
+std::string StalenessLine(const std::vector<uint64_t>& hist) {
+  uint64_t total = 0;
+  for (uint64_t c : hist) total += c;
+  std::string out;
+  for (size_t i = 0; i < hist.size(); ++i) {
+    if (hist[i] == 0) continue;
+    std::string label = "0";
+    if (i > 0) {
+      const std::string lo = std::to_string(uint64_t{1} << (i - 1));
+      label = i + 1 == hist.size() ? ">=" + lo : "[" + lo + "," + std::to_string(uint64_t{1} << i) + ")";
+    }
+    out += (out.empty() ? "" : ", ") + label + ": " + std::to_string(hist[i]) + " (" +
+           Fixed(100.0 * static_cast<double>(hist[i]) / static_cast<double>(total), 1) + "%)";
+  }
+  return out;
+}
+
+// ", density by step {0: 0.25, 16: 0.132, ...}" when the density changed over the run.
+std::string TrajectoryText(const std::vector<std::pair<uint64_t, double>>& points) {
+  bool varies = false;
+  for (const auto& p : points) varies = varies || p.second != points.front().second;
+  if (!varies) return "";
+  std::string out;
+  char buf[64];
+  for (const auto& [step, density] : points) {
+    std::snprintf(buf, sizeof(buf), "%s%llu: %.4g", out.empty() ? "" : ", ",
+                  static_cast<unsigned long long>(step), density);
+    out += buf;
+  }
+  return ", density by step {" + out + "}";
+}
+
+std::string ServersText(const JobReport& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "  servers           %d reported: %llu optimizer steps, %llu pushes applied, %llu dropped, "
+                "%llu pulls held",
+                r.num_server_reports, static_cast<unsigned long long>(r.windows_applied),
+                static_cast<unsigned long long>(r.pushes_applied),
+                static_cast<unsigned long long>(r.pushes_dropped),
+                static_cast<unsigned long long>(r.pulls_held));
+  std::string out = buf;
+  if (r.rows_dropped + r.rows_skipped > 0) {
+    std::snprintf(buf, sizeof(buf), ", %llu rows dropped, %llu rows skipped",
+                  static_cast<unsigned long long>(r.rows_dropped),
+                  static_cast<unsigned long long>(r.rows_skipped));
+    out += buf;
+  }
+  if (r.decoded_pushes > 0) {
+    std::snprintf(buf, sizeof(buf), "; decoded %llu compressed pushes (%s -> %s) in %.1f ms",
+                  static_cast<unsigned long long>(r.decoded_pushes),
+                  FormatBytes(r.decode_bytes_encoded).c_str(),
+                  FormatBytes(r.decode_bytes_decoded).c_str(), r.decode_seconds * 1e3);
+    out += buf;
+  }
+  out += "\n";
+  const std::string hist = StalenessLine(r.staleness);
+  if (!hist.empty()) out += "  staleness         " + hist + "\n";
+  return out;
 }
 
 }  // namespace
@@ -61,6 +145,9 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
       r.logloss = w.logloss();
       r.eval_samples = w.eval_samples();
       if (w.compressed_messages() > 0) r.last_density = w.last_density();
+      for (const proto::DensityPoint& p : w.density_trajectory()) {
+        r.density_trajectory.emplace_back(p.step(), p.density());
+      }
     }
   }
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
@@ -72,6 +159,7 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
   }
   if (r.cache_lookups > 0) r.cache_hit_rate = static_cast<double>(r.cache_hits) / r.cache_lookups;
   if (samples > 0) r.bytes_per_sample = static_cast<double>(r.bytes_pushed + r.bytes_pulled) / samples;
+  AddServerReports(state, &r);
   return r;
 }
 
@@ -128,16 +216,44 @@ std::string FormatReport(const JobReport& r) {
   if (r.compressed_messages > 0) {
     std::snprintf(buf, sizeof(buf),
                   "  compression       dense pushes %s -> %s (%.1fx), encode %.1f ms in %llu "
-                  "messages%s%s\n",
+                  "messages%s%s",
                   FormatBytes(r.dense_bytes_raw).c_str(), FormatBytes(r.dense_bytes_encoded).c_str(),
                   r.dense_bytes_encoded > 0 ? static_cast<double>(r.dense_bytes_raw) / r.dense_bytes_encoded : 0.0,
                   r.encode_seconds * 1e3, static_cast<unsigned long long>(r.compressed_messages),
                   r.last_density < 1 ? ", last density " : "",
                   r.last_density < 1 ? Fixed(r.last_density, 4).c_str() : "");
-    out += buf;
+    out += buf + TrajectoryText(r.density_trajectory) + "\n";
   }
+  if (r.num_server_reports > 0) out += ServersText(r);
   return out;
 }
+
+namespace {
+
+// The server keys and density_trajectory of ReportJson, each preceded by ", ".
+std::string ServersJson(const JobReport& r) {
+  std::string hist, trajectory;
+  for (uint64_t c : r.staleness) hist += (hist.empty() ? "" : ", ") + std::to_string(c);
+  for (const auto& [step, density] : r.density_trajectory) {
+    trajectory += std::string(trajectory.empty() ? "" : ", ") + "{\"step\": " + std::to_string(step) +
+                  ", \"density\": " + JsonNumber(density) + "}";
+  }
+  return ", \"server_reports\": " + std::to_string(r.num_server_reports) +
+         ", \"server_windows_applied\": " + std::to_string(r.windows_applied) +
+         ", \"server_pushes_applied\": " + std::to_string(r.pushes_applied) +
+         ", \"server_pushes_dropped\": " + std::to_string(r.pushes_dropped) +
+         ", \"server_rows_dropped\": " + std::to_string(r.rows_dropped) +
+         ", \"server_rows_skipped\": " + std::to_string(r.rows_skipped) +
+         ", \"server_pulls_held\": " + std::to_string(r.pulls_held) +
+         ", \"server_decoded_pushes\": " + std::to_string(r.decoded_pushes) +
+         ", \"server_decode_bytes_encoded\": " + std::to_string(r.decode_bytes_encoded) +
+         ", \"server_decode_bytes_decoded\": " + std::to_string(r.decode_bytes_decoded) +
+         ", \"server_decode_seconds\": " + JsonNumber(r.decode_seconds) +
+         ", \"staleness_histogram\": [" + hist + "]" +
+         ", \"density_trajectory\": [" + trajectory + "]";
+}
+
+}  // namespace
 
 std::string ReportJson(const JobReport& r) {
   return "{\"auc\": " + JsonNumber(r.auc) + ", \"oracle_auc\": " + JsonNumber(r.oracle_auc) +
@@ -158,7 +274,8 @@ std::string ReportJson(const JobReport& r) {
          ", \"cache_evictions\": " + std::to_string(r.cache_evictions) +
          ", \"rows_pulled\": " + std::to_string(r.rows_pulled) +
          ", \"cache_hit_rate\": " + JsonNumber(r.cache_hit_rate) +
-         ", \"bytes_per_sample\": " + JsonNumber(r.bytes_per_sample) + ", \"device\": \"" + r.device + "\"}\n";
+         ", \"bytes_per_sample\": " + JsonNumber(r.bytes_per_sample) + ServersJson(r) +
+         ", \"device\": \"" + r.device + "\"}\n";
 }
 
 }  // namespace osprey::tools

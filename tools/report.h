@@ -3,6 +3,8 @@
 // Worker 0 evaluates on the held-out set, so its report carries auc, logloss, oracle_auc and
 // eval_samples. Over all reports: steps = the largest step count, samples/s = the sum of samples
 // divided by the longest train_seconds, bytes pushed / pulled = sums. Wall time is the launcher's.
+// The servers' final statistics (ClusterState.server_reports) are summed over servers, and their
+// staleness histograms merged bucket by bucket.
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -10,6 +12,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "osprey.pb.h"
 
@@ -33,6 +37,9 @@ struct JobReport {
   double encode_seconds = 0;
   uint64_t compressed_messages = 0;
   double last_density = kMissing;  // worker 0's
+  // Worker 0's density over the run: (encode step, density), at most 8 points (proto
+  // WorkerReport.density_trajectory); empty when it compressed nothing.
+  std::vector<std::pair<uint64_t, double>> density_trajectory;
   // Step-time breakdown, seconds averaged over workers (see proto WorkerReport).
   double time_wait_input = 0;
   double time_compute = 0;
@@ -50,19 +57,42 @@ struct JobReport {
   double cache_hit_rate = kMissing;
   double bytes_per_sample = kMissing;  // (pushed + pulled) / samples
   std::string device;                  // worker 0's
+  // Servers' final statistics (proto ServerReport), summed over the servers that reported.
+  int num_server_reports = 0;
+  uint64_t windows_applied = 0;   // optimizer steps
+  uint64_t pushes_applied = 0;
+  uint64_t pushes_dropped = 0;    // drop_above
+  uint64_t rows_dropped = 0;      // drop_above, sparse rows
+  uint64_t rows_skipped = 0;      // non_finite: skip_row
+  uint64_t pulls_held = 0;        // bsp / ssp pulls that waited for their clock
+  uint64_t decoded_pushes = 0;    // compressed pushes decoded
+  uint64_t decode_bytes_encoded = 0;
+  uint64_t decode_bytes_decoded = 0;
+  double decode_seconds = 0;
+  // Merged staleness histogram: [0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds
+  // larger (one entry per sparse row and per dense push). Empty without server reports.
+  std::vector<uint64_t> staleness;
 };
 
 JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds);
 
 // Several human-readable lines, ending in a newline; a "compression" line only when some dense
-// push was compressed.
+// push was compressed (with worker 0's density trajectory when the density changed over the run);
+// a "servers" line when servers reported (decode time and bytes when a push was compressed), and a
+// "staleness" line when their histogram holds any entry.
 std::string FormatReport(const JobReport& report);
 
 // One JSON object with the keys auc, oracle_auc, logloss, samples_per_sec, steps, bytes_pushed,
 // bytes_pulled, wall_seconds, then time_wait_input, time_compute, time_push, time_nccl,
 // prefetch_read, prefetch_dedupe, prefetch_cache, prefetch_pull, cache_lookups, cache_hits,
-// cache_evictions, rows_pulled, cache_hit_rate, bytes_per_sample and device (a string); numbers
-// that are missing or not finite are written as null, since JSON has no NaN.
+// cache_evictions, rows_pulled, cache_hit_rate, bytes_per_sample, then the servers' statistics:
+// server_reports (how many servers reported), server_windows_applied, server_pushes_applied,
+// server_pushes_dropped, server_rows_dropped, server_rows_skipped, server_pulls_held,
+// server_decoded_pushes, server_decode_bytes_encoded, server_decode_bytes_decoded,
+// server_decode_seconds, staleness_histogram (an array of counts, buckets as in JobReport), then
+// density_trajectory (worker 0's: an array of {"step": N, "density": D}, [] when nothing was
+// compressed), and last device (a string); numbers that are missing or not finite are written as
+// null, since JSON has no NaN.
 std::string ReportJson(const JobReport& report);
 
 // "512 B", "1.5 KiB", "3.20 GiB".

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 
 namespace osprey::worker {
 namespace {
@@ -47,8 +48,11 @@ Status DenseCompressor::Encode(uint32_t table, int server, const float* grad, si
   Stream& st = streams_[{table, server}];
   if (st.length != n) {
     // First use, or the server's share of the table changed (a new shard map): a residual of
-    // chunks this message no longer covers is meaningless, so the stream starts over.
+    // chunks this message no longer covers is meaningless, so the stream starts over (its step
+    // count goes on: it places the message in the run's density trajectory).
+    const uint64_t step = st.step;
     st = Stream{};
+    st.step = step;
     st.length = n;
     size_t unit = UnitFloats(config_, n);
     st.units.resize((n + unit - 1) / unit);
@@ -70,7 +74,34 @@ Status DenseCompressor::Encode(uint32_t table, int server, const float* grad, si
   ++stats_.compressed_messages;
   stats_.bytes_encoded += values->size();
   stats_.last_density = n > 0 ? static_cast<double>(meta.count) / static_cast<double>(n) : 1.0;
+  RecordDensity(st.step++, meta.count, n);
   return Status::OK();
+}
+
+void DenseCompressor::RecordDensity(uint64_t step, uint64_t selected, uint64_t length) {
+  if (step > last_step_) {
+    last_step_ = step;
+    last_ = StepCount{};
+  }
+  if (step == last_step_) {
+    last_.selected += selected;
+    last_.length += length;
+  }
+  if (step % stride_ != 0) return;
+  auto it = samples_.find(step);
+  if (it == samples_.end()) {
+    // A new sampled step: when the evenly spaced points are full, keep every other one.
+    while (samples_.size() >= kMaxTrajectoryPoints - 1) {
+      stride_ *= 2;
+      for (auto s = samples_.begin(); s != samples_.end();) {
+        s = s->first % stride_ != 0 ? samples_.erase(s) : std::next(s);
+      }
+      if (step % stride_ != 0) return;
+    }
+    it = samples_.emplace(step, StepCount{}).first;
+  }
+  it->second.selected += selected;
+  it->second.length += length;
 }
 
 Status DenseCompressor::EncodeUnits(Stream* st, const float* grad, size_t n, codec::EncodedMeta* meta,
@@ -141,7 +172,15 @@ DenseEncoder DenseCompressor::AsEncoder() {
 
 CompressionStats DenseCompressor::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  CompressionStats out = stats_;
+  auto density = [](const StepCount& c) {
+    return c.length > 0 ? static_cast<double>(c.selected) / static_cast<double>(c.length) : 1.0;
+  };
+  for (const auto& [step, count] : samples_) {
+    if (step != last_step_) out.density_trajectory.push_back({step, density(count)});
+  }
+  if (last_.length > 0) out.density_trajectory.push_back({last_step_, density(last_)});
+  return out;
 }
 
 }  // namespace osprey::worker

@@ -33,6 +33,18 @@
 
 namespace osprey::worker {
 
+// The density of one encode step: selected / length over the compressed messages of that step
+// (one per server stream; a stream's n-th compressed message is its step n, counted from 0).
+struct DensityPoint {
+  uint64_t step = 0;
+  double density = 0;
+};
+
+// At most kMaxTrajectoryPoints points of the run, evenly spaced and always including step 0 and the
+// last step: steps 0, s, 2s, ... (s doubles whenever more than kMaxTrajectoryPoints - 1 would be
+// kept, so memory stays bounded however long the run) plus the last step seen.
+inline constexpr size_t kMaxTrajectoryPoints = 8;
+
 struct CompressionStats {
   uint64_t messages = 0;             // dense push messages that went through the encoder
   uint64_t compressed_messages = 0;  // ... of which were sent with the lossy codec
@@ -40,6 +52,7 @@ struct CompressionStats {
   uint64_t bytes_encoded = 0;        // values-frame bytes actually sent for them
   double encode_seconds = 0;         // wall time inside Codec::Encode (select + EF + pack)
   double last_density = 1.0;         // count / length of the latest compressed message
+  std::vector<DensityPoint> density_trajectory;  // see kMaxTrajectoryPoints; empty if none
 };
 
 class DenseCompressor {
@@ -72,8 +85,17 @@ class DenseCompressor {
   };
   struct Stream {
     size_t length = 0;  // floats of the message this stream encodes
+    uint64_t step = 0;  // compressed messages encoded so far (the next one's step)
     std::vector<Unit> units;
   };
+  // Selected and total elements of the messages of one encode step.
+  struct StepCount {
+    uint64_t selected = 0;
+    uint64_t length = 0;
+  };
+
+  // Adds one compressed message of `step` to the trajectory samples.
+  void RecordDensity(uint64_t step, uint64_t selected, uint64_t length);
 
   // Encodes grad[0, n) unit by unit into st's units and builds the message frame.
   Status EncodeUnits(Stream* st, const float* grad, size_t n, codec::EncodedMeta* meta,
@@ -86,6 +108,10 @@ class DenseCompressor {
   mutable std::mutex mu_;
   std::map<std::pair<uint32_t, int>, Stream> streams_;  // GUARDED_BY(mu_)
   CompressionStats stats_;                              // GUARDED_BY(mu_)
+  uint64_t stride_ = 1;                                 // GUARDED_BY(mu_)
+  std::map<uint64_t, StepCount> samples_;               // GUARDED_BY(mu_), steps % stride_ == 0
+  uint64_t last_step_ = 0;                              // GUARDED_BY(mu_)
+  StepCount last_;                                      // GUARDED_BY(mu_), of last_step_
 };
 
 }  // namespace osprey::worker

@@ -122,6 +122,11 @@ void FillStepReport(const CompressionStats& comp, const StepTimes& t, proto::Wor
   report->set_encode_seconds(comp.encode_seconds);
   report->set_compressed_messages(comp.compressed_messages);
   report->set_last_density(comp.last_density);
+  for (const DensityPoint& p : comp.density_trajectory) {
+    proto::DensityPoint* out = report->add_density_trajectory();
+    out->set_step(p.step);
+    out->set_density(p.density);
+  }
   report->set_time_wait_input(t.wait_input);
   report->set_time_compute(t.compute);
   report->set_time_push(t.push);

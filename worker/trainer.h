@@ -79,7 +79,8 @@ class TrainLoop {
   virtual void FillReport(proto::WorkerReport* report) const = 0;
 };
 
-// Shared by both loops: the compression and step-time fields of a WorkerReport.
+// Shared by both loops: the compression (with the density trajectory) and step-time fields of a
+// WorkerReport.
 void FillStepReport(const CompressionStats& comp, const StepTimes& times, proto::WorkerReport* report);
 
 class Trainer final : public TrainLoop {

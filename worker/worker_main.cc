@@ -12,6 +12,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <string>
 
 #include "common/config/node_flags.h"
 #include "common/logging.h"
@@ -155,6 +156,14 @@ int main(int argc, char** argv) {
                   report.time_nccl(), report.prefetch_read(), report.prefetch_dedupe(),
                   report.prefetch_cache(), report.prefetch_pull(), report.cache_hits(),
                   report.cache_lookups(), report.cache_evictions(), report.rows_pulled());
+  if (report.density_trajectory_size() > 0) {
+    std::string points;
+    for (const proto::DensityPoint& d : report.density_trajectory()) {
+      points += (points.empty() ? "" : ", ") + std::to_string(d.step()) + ": " +
+                std::to_string(d.density());
+    }
+    OSPREY_LOG_INFO("worker {} dense push density by step: {}", rank, points);
+  }
   s = (*coord)->Report(report, job->client.timeout_ms);
   if (!s.ok()) return Fail(s, "report");
   (*coord)->Stop();

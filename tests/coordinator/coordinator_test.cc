@@ -218,6 +218,36 @@ TEST(CoordinatorTest, ReportsMakeTheJobDoneAndServersSeeShuttingDown) {
   EXPECT_EQ(state.reports_size(), 2);
 }
 
+TEST(CoordinatorTest, ServerReportIsKeptAndTheJobWaitsForIt) {
+  CoordinatorHarness h(TestJob(1, 1));
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  clients.push_back(h.NewClient());
+  clients.push_back(h.NewClient());
+  proto::RegisterRequest server = ServerRequest(100);
+  server.set_sends_server_report(true);
+  auto replies = RegisterAll(clients, {server, WorkerRequest(200)});
+  ASSERT_TRUE(replies[0].ok() && replies[1].ok());
+  std::atomic<bool> told{false};
+  Beat(*clients[0], proto::ROLE_SERVER, 0,
+       [&](const proto::ClusterState& s) { told = told || s.shutting_down(); });
+  proto::WorkerReport report;
+  report.set_rank(0);
+  ASSERT_TRUE(clients[1]->Report(report, kTimeoutMs).ok());
+  ASSERT_TRUE(Eventually([&] { return told.load(); }, Ms(kTimeoutMs)));
+  EXPECT_EQ(h.coordinator().WaitFor(Ms(200)).code(), StatusCode::kDeadlineExceeded)
+      << "the server promised its report";
+  proto::ServerReport stats;
+  stats.set_rank(0);
+  stats.set_decoded_pushes(12);
+  stats.mutable_stats()->set_pulls_held(3);
+  ASSERT_TRUE(clients[0]->ReportServer(stats, kTimeoutMs).ok());
+  EXPECT_TRUE(h.coordinator().WaitFor(Ms(kTimeoutMs)).ok());
+  proto::ClusterState state = h.coordinator().State();
+  ASSERT_EQ(state.server_reports_size(), 1);
+  EXPECT_EQ(state.server_reports(0).decoded_pushes(), 12u);
+  EXPECT_EQ(state.server_reports(0).stats().pulls_held(), 3u);
+}
+
 TEST(CoordinatorTest, ShutdownRequestEndsTheJobWithTheReason) {
   CoordinatorHarness h(TestJob(1, 1));
   auto launcher = h.NewClient();
@@ -291,6 +321,18 @@ TEST(CoordinatorClientTest, TimeoutNamesTheOpAndTheEndpoint) {
   EXPECT_EQ(state.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(state.status().message().find("OP_CLUSTER_STATE"), std::string::npos);
   EXPECT_NE(state.status().message().find("inproc://nobody-home"), std::string::npos);
+}
+
+TEST(CoordinatorClientTest, ServerReportToAGoneCoordinatorIsABoundedWait) {
+  auto hub = std::make_shared<InprocHub>();
+  auto client = CoordinatorClient::Create(std::make_unique<InprocTransport>(hub),
+                                          "inproc://nobody-home");
+  ASSERT_TRUE(client.ok());
+  const auto start = std::chrono::steady_clock::now();
+  Status st = (*client)->ReportServer(proto::ServerReport(), 100);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Ms(2000));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("OP_SERVER_REPORT"), std::string::npos) << st.ToString();
 }
 
 TEST(CoordinatorClientTest, HeartbeatsReportACoordinatorThatWentAway) {

@@ -247,6 +247,76 @@ TEST_F(JobStateTest, ShutdownRequestFailsWithTheReason) {
   EXPECT_EQ(s.result().message(), "operator pressed stop");
 }
 
+// A server that registered with sends_server_report keeps the job from being over until its
+// ServerReport arrived (or the grace period ended); the report is kept in the state.
+TEST_F(JobStateTest, KeepsServerReportsAndWaitsForThem) {
+  JobState s(TestJob(2, 1, 500), 1, t0_);
+  Outbox out;
+  for (int pid : {100, 101}) {
+    proto::RegisterRequest req = ServerRequest(pid, pid - 100);
+    req.set_sends_server_report(true);
+    s.OnRegister(Addr(), req, t0_, &out);
+  }
+  s.OnRegister(Addr(), WorkerRequest(200), t0_, &out);
+  ASSERT_TRUE(s.rendezvous_complete());
+  proto::WorkerReport report;
+  report.set_rank(0);
+  s.OnReport(Addr(), report, t0_ + Ms(100), &out);
+  ASSERT_TRUE(s.Snapshot().done());
+  for (int rank : {0, 1}) {
+    s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_SERVER, rank), t0_ + Ms(150), &out);
+  }
+  EXPECT_FALSE(s.over(t0_ + Ms(150))) << "both servers were told but none reported yet";
+
+  proto::ServerReport r0;
+  r0.set_rank(0);
+  r0.mutable_stats()->set_windows_applied(40);
+  r0.mutable_stats()->add_staleness_histogram(7);
+  r0.set_decode_seconds(0.25);
+  out.clear();
+  s.OnServerReport(Addr(), r0, t0_ + Ms(160), &out);
+  ASSERT_EQ(out.size(), 1u);
+  ExpectOk(out, 0);
+  EXPECT_FALSE(s.over(t0_ + Ms(160))) << "server 1 has not reported";
+
+  proto::ServerReport r1;
+  r1.set_rank(1);
+  r1.mutable_stats()->set_windows_applied(41);
+  s.OnServerReport(Addr(), r1, t0_ + Ms(170), &out);
+  EXPECT_TRUE(s.over(t0_ + Ms(170)));
+  EXPECT_TRUE(s.result().ok());
+  proto::ClusterState st = s.Snapshot();
+  ASSERT_EQ(st.server_reports_size(), 2);
+  EXPECT_EQ(st.server_reports(0).rank(), 0);
+  EXPECT_EQ(st.server_reports(0).stats().windows_applied(), 40u);
+  EXPECT_EQ(st.server_reports(0).stats().staleness_histogram(0), 7u);
+  EXPECT_DOUBLE_EQ(st.server_reports(0).decode_seconds(), 0.25);
+  EXPECT_EQ(st.server_reports(1).stats().windows_applied(), 41u);
+
+  out.clear();
+  r1.set_rank(5);
+  s.OnServerReport(Addr(), r1, t0_ + Ms(180), &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].status.code(), StatusCode::kNotFound) << out[0].status.ToString();
+}
+
+TEST_F(JobStateTest, ServerThatNeverReportsIsWaitedForOnlyTheGracePeriod) {
+  JobState s(TestJob(1, 1, 500), 1, t0_);
+  Outbox out;
+  proto::RegisterRequest req = ServerRequest(100);
+  req.set_sends_server_report(true);
+  s.OnRegister(Addr(), req, t0_, &out);
+  s.OnRegister(Addr(), WorkerRequest(200), t0_, &out);
+  proto::WorkerReport report;
+  report.set_rank(0);
+  s.OnReport(Addr(), report, t0_ + Ms(100), &out);
+  s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_SERVER, 0), t0_ + Ms(150), &out);
+  EXPECT_FALSE(s.over(t0_ + Ms(599)));
+  EXPECT_TRUE(s.over(t0_ + Ms(600))) << "the grace period (heartbeat_timeout_ms) bounds the wait";
+  EXPECT_TRUE(s.result().ok());
+  EXPECT_EQ(s.Snapshot().server_reports_size(), 0);
+}
+
 }  // namespace
 }  // namespace osprey::coordinator
 

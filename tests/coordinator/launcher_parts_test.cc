@@ -8,6 +8,8 @@
 #include <cmath>
 #include <fstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/coordinator/process_test_util.h"
 #include "tools/child_process.h"
@@ -111,6 +113,94 @@ TEST(ReportTest, SummarizesWorkerReports) {
   EXPECT_NE(text.find("held-out AUC      0.7500"), std::string::npos);
   EXPECT_NE(text.find("wait-input 20%, compute 80%, push 0%"), std::string::npos) << text;
   EXPECT_NE(text.find("hit rate 80.0%"), std::string::npos) << text;
+}
+
+TEST(ReportTest, SummarizesServerReportsAndDensityTrajectory) {
+  proto::ClusterState s;
+  proto::WorkerReport* w0 = s.add_reports();
+  w0->set_rank(0);
+  w0->set_compressed_messages(100);
+  w0->set_dense_push_bytes_raw(400000);
+  w0->set_dense_push_bytes_encoded(8000);
+  w0->set_last_density(0.01);
+  for (auto [step, density] : {std::pair<uint64_t, double>{0, 0.25}, {50, 0.05}, {99, 0.01}}) {
+    proto::DensityPoint* p = w0->add_density_trajectory();
+    p->set_step(step);
+    p->set_density(density);
+  }
+  proto::WorkerReport* w1 = s.add_reports();
+  w1->set_rank(1);
+  w1->add_density_trajectory()->set_density(0.5);  // only worker 0's trajectory is reported
+  for (int rank : {0, 1}) {
+    proto::ServerReport* sr = s.add_server_reports();
+    sr->set_rank(rank);
+    proto::ServerStats* st = sr->mutable_stats();
+    st->set_windows_applied(100 + rank);
+    st->set_pushes_applied(200);
+    st->set_pushes_dropped(rank);
+    st->set_pulls_held(3);
+    st->set_rows_dropped(5 * rank);
+    for (uint64_t c : {90u, 6u, 3u, 1u}) st->add_staleness_histogram(rank == 0 ? c : 2 * c);
+    if (rank == 1) st->add_staleness_histogram(0);  // a longer histogram merges bucket by bucket
+    sr->set_decoded_pushes(rank == 0 ? 100 : 0);
+    sr->set_decode_bytes_encoded(rank == 0 ? 8000 : 0);
+    sr->set_decode_bytes_decoded(rank == 0 ? 400000 : 0);
+    sr->set_decode_seconds(rank == 0 ? 0.0125 : 0);
+  }
+  JobReport r = SummarizeReports(s, 3.0);
+  EXPECT_EQ(r.num_server_reports, 2);
+  EXPECT_EQ(r.windows_applied, 201u);
+  EXPECT_EQ(r.pushes_applied, 400u);
+  EXPECT_EQ(r.pushes_dropped, 1u);
+  EXPECT_EQ(r.pulls_held, 6u);
+  EXPECT_EQ(r.rows_dropped, 5u);
+  EXPECT_EQ(r.decoded_pushes, 100u);
+  EXPECT_DOUBLE_EQ(r.decode_seconds, 0.0125);
+  EXPECT_EQ(r.staleness, (std::vector<uint64_t>{270, 18, 9, 3, 0}));
+  ASSERT_EQ(r.density_trajectory.size(), 3u);
+  EXPECT_EQ(r.density_trajectory[1].first, 50u);
+  EXPECT_DOUBLE_EQ(r.density_trajectory[1].second, 0.05);
+
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("last density 0.0100, density by step {0: 0.25, 50: 0.05, 99: 0.01}\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("  servers           2 reported: 201 optimizer steps, 400 pushes applied, 1 "
+                      "dropped, 6 pulls held, 5 rows dropped, 0 rows skipped; decoded 100 compressed "
+                      "pushes (7.81 KiB -> 390.62 KiB) in 12.5 ms\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("  staleness         0: 270 (90.0%), [1,2): 18 (6.0%), [2,4): 9 (3.0%), "
+                      "[4,8): 3 (1.0%)\n"),
+            std::string::npos) << text;
+
+  const std::string json = ReportJson(r);
+  EXPECT_NE(json.find("\"server_reports\": 2, \"server_windows_applied\": 201, "
+                      "\"server_pushes_applied\": 400, \"server_pushes_dropped\": 1, "
+                      "\"server_rows_dropped\": 5, \"server_rows_skipped\": 0, "
+                      "\"server_pulls_held\": 6, \"server_decoded_pushes\": 100, "
+                      "\"server_decode_bytes_encoded\": 8000, \"server_decode_bytes_decoded\": 400000, "
+                      "\"server_decode_seconds\": 0.0125, \"staleness_histogram\": [270, 18, 9, 3, 0], "
+                      "\"density_trajectory\": [{\"step\": 0, \"density\": 0.25}, "
+                      "{\"step\": 50, \"density\": 0.05}, {\"step\": 99, \"density\": 0.01}], "
+                      "\"device\": \"\"}\n"),
+            std::string::npos) << json;
+}
+
+TEST(ReportTest, NoServerReportsNoServerLines) {
+  proto::ClusterState s;
+  s.add_reports()->set_rank(0);
+  proto::ServerReport* sr = s.add_server_reports();  // a server that saw no push
+  sr->mutable_stats()->add_staleness_histogram(0);
+  JobReport r = SummarizeReports(s, 1.0);
+  std::string text = FormatReport(r);
+  EXPECT_NE(text.find("  servers           1 reported: 0 optimizer steps"), std::string::npos) << text;
+  EXPECT_EQ(text.find("decoded"), std::string::npos) << "nothing was compressed: " << text;
+  EXPECT_EQ(text.find("staleness"), std::string::npos) << "an empty histogram: " << text;
+  r = SummarizeReports(proto::ClusterState(), 1.0);
+  text = FormatReport(r);
+  EXPECT_EQ(text.find("servers"), std::string::npos) << text;
+  EXPECT_NE(ReportJson(r).find("\"server_reports\": 0, "), std::string::npos);
+  EXPECT_NE(ReportJson(r).find("\"staleness_histogram\": [], \"density_trajectory\": []"),
+            std::string::npos) << ReportJson(r);
 }
 
 TEST(ReportTest, MissingEvaluationIsNullInJson) {
