@@ -13,31 +13,14 @@
 #include <sstream>
 #include <string>
 
+#include "tests/testing/launch_util.h"
+
 namespace {
 
-std::string BinDir() {
-  const char* d = std::getenv("OSPREY_BIN_DIR");
-  return d ? d : "build/bin";
-}
-
-std::string SourceDir() {
-  const char* d = std::getenv("OSPREY_SOURCE_DIR");
-  return d ? d : ".";
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-double JsonNumber(const std::string& json, const std::string& key) {
-  std::smatch m;
-  std::regex re("\"" + key + "\"\\s*:\\s*([-+0-9.eE]+)");
-  if (!std::regex_search(json, m, re)) return std::nan("");
-  return std::stod(m[1]);
-}
+using osprey::testing::BinDir;
+using osprey::testing::JsonNumber;
+using osprey::testing::ReadFile;
+using osprey::testing::SourceDir;
 
 struct Launch {
   int rc = -1;

@@ -11,30 +11,14 @@
 #include <sstream>
 #include <string>
 
+#include "tests/testing/launch_util.h"
+
 namespace {
 
-std::string BinDir() {
-  const char* d = std::getenv("OSPREY_BIN_DIR");
-  return d ? d : "build/bin";
-}
-
-std::string SourceDir() {
-  const char* d = std::getenv("OSPREY_SOURCE_DIR");
-  return d ? d : ".";
-}
-
-// Value of a numeric key in a flat JSON object; NaN when missing.
-double JsonNumber(const std::string& json, const std::string& key) {
-  std::smatch m;
-  std::regex re("\"" + key + "\"\\s*:\\s*([-+0-9.eE]+)");
-  if (!std::regex_search(json, m, re)) return std::nan("");
-  return std::stod(m[1]);
-}
-
-int RunCommand(const std::string& cmd) {
-  int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+using osprey::testing::BinDir;
+using osprey::testing::JsonNumber;
+using osprey::testing::RunCommand;
+using osprey::testing::SourceDir;
 
 TEST(LaunchClusterTest, DefaultJobTrainsToNearOracleAuc) {
   std::string report = ::testing::TempDir() + "/osprey-launch-report.json";
