@@ -854,14 +854,7 @@ StatusOr<EvalResult> GpuTrainer::Evaluate() {
     labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
     oracle.insert(oracle.end(), batch.oracle_prob.begin(), batch.oracle_prob.end());
   }
-  EvalResult r;
-  r.samples = probs.size();
-  r.auc = data::Auc(probs.data(), labels.data(), probs.size());
-  r.logloss = data::LogLoss(probs.data(), labels.data(), probs.size());
-  r.oracle_auc = oracle.size() == labels.size() && !oracle.empty()
-                     ? data::Auc(oracle.data(), labels.data(), oracle.size())
-                     : std::numeric_limits<double>::quiet_NaN();
-  return r;
+  return ScoreEvaluation(probs, labels, oracle);
 }
 
 }  // namespace

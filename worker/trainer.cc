@@ -227,6 +227,11 @@ StatusOr<EvalResult> Trainer::Evaluate() {
     labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
     oracle.insert(oracle.end(), batch.oracle_prob.begin(), batch.oracle_prob.end());
   }
+  return ScoreEvaluation(probs, labels, oracle);
+}
+
+EvalResult ScoreEvaluation(const std::vector<float>& probs, const std::vector<float>& labels,
+                           const std::vector<float>& oracle) {
   EvalResult r;
   r.samples = probs.size();
   r.auc = data::Auc(probs.data(), labels.data(), probs.size());
