@@ -79,6 +79,11 @@ class TrainLoop {
   virtual void FillReport(proto::WorkerReport* report) const = 0;
 };
 
+// Shared by both loops: AUC and logloss of held-out predictions, and the oracle's AUC when the
+// data carries the true probabilities (oracle the same size as labels), else NaN.
+EvalResult ScoreEvaluation(const std::vector<float>& probs, const std::vector<float>& labels,
+                           const std::vector<float>& oracle);
+
 // Shared by both loops: the compression (with the density trajectory) and step-time fields of a
 // WorkerReport.
 void FillStepReport(const CompressionStats& comp, const StepTimes& times, proto::WorkerReport* report);
