@@ -1,27 +1,41 @@
 #include "server/native_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
+#include "common/buffer.h"
 #include "server/sparse_table.h"
 
 namespace osprey::server {
 
 // The chunks of one dense table that this server owns: weights, optimizer state, and whether the
 // chunk has been given its initial values yet.
+//
+// The weights of all owned chunks live back to back, in chunk-id order, in one block, so that a
+// pull of consecutive owned chunks (what a client asks every server for) is one view of it that
+// the server sends without copying (View). The block is copy-on-write: a view shares it, and
+// the next write (Weights) while a view is still alive -- a pull reply ZeroMQ has not finished
+// sending -- moves the table to a fresh copy first, so a view never changes under its holder.
 class DenseTable {
  public:
   DenseTable(const config::TableConfig& cfg, std::unique_ptr<Optimizer> optimizer,
-             const std::vector<uint64_t>& owned)
+             std::vector<uint64_t> owned)
       : size_(cfg.size), chunk_floats_(cfg.chunk_floats), optimizer_(std::move(optimizer)) {
+    std::sort(owned.begin(), owned.end());
+    owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
+    size_t offset = 0;
     for (uint64_t c : owned) {
       Chunk& ch = chunks_[c];
-      size_t n = ChunkFloats(c);
-      ch.w.assign(n, 0.0f);
-      ch.state.resize(optimizer_->state_floats(n));
-      optimizer_->InitState(ch.state.data(), n);
+      ch.offset = offset;
+      ch.floats = ChunkFloats(c);
+      ch.state.resize(optimizer_->state_floats(ch.floats));
+      optimizer_->InitState(ch.state.data(), ch.floats);
+      offset += ch.floats;
     }
+    block_ = Buffer::Allocate(offset * sizeof(float));
+    if (offset > 0) std::memset(block_.mutable_data(), 0, offset * sizeof(float));
   }
 
   size_t ChunkFloats(uint64_t c) const {
@@ -29,15 +43,45 @@ class DenseTable {
     return begin >= size_ ? 0 : static_cast<size_t>(std::min<uint64_t>(chunk_floats_, size_ - begin));
   }
 
-  // nullptr when this server does not own chunk c.
   struct Chunk {
-    std::vector<float> w;
+    size_t offset = 0;  // in floats, into the weights block
+    size_t floats = 0;
     std::vector<float> state;
     bool initialized = false;
   };
+  // nullptr when this server does not own chunk c.
   Chunk* Get(uint64_t c) {
     auto it = chunks_.find(c);
     return it == chunks_.end() ? nullptr : &it->second;
+  }
+  // The chunk's weights, to read.
+  const float* weights(const Chunk& ch) const { return block_.as<float>() + ch.offset; }
+  // The chunk's weights, to write: first unshares the block (see the class comment).
+  float* Weights(const Chunk& ch) {
+    // Views are only made and dropped by other holders, never made by them, so a count of 1
+    // stays 1; the fence orders this thread's writes after the last holder's reads (the
+    // shared_ptr release that dropped the count is acq_rel, use_count() a relaxed load).
+    if (block_.owner().use_count() > 1) {
+      block_ = Buffer::Copy(block_.data(), block_.size());
+    } else {
+      std::atomic_thread_fence(std::memory_order_acquire);
+    }
+    return reinterpret_cast<float*>(block_.mutable_data()) + ch.offset;
+  }
+  // A view of the weights of chunks[0..n) when they are owned and stored back to back in that
+  // order (the values PullChunks would write); false otherwise.
+  bool View(const uint64_t* chunks, size_t n, Buffer* out) {
+    if (n == 0) return false;
+    const Chunk* first = Get(chunks[0]);
+    if (first == nullptr) return false;
+    size_t end = first->offset + first->floats;
+    for (size_t i = 1; i < n; ++i) {
+      const Chunk* c = Get(chunks[i]);
+      if (c == nullptr || c->offset != end) return false;
+      end += c->floats;
+    }
+    *out = block_.Slice(first->offset * sizeof(float), (end - first->offset) * sizeof(float));
+    return true;
   }
   const Optimizer& optimizer() const { return *optimizer_; }
   // fn(chunk id, chunk) for every owned chunk, in chunk order; stops at the first error.
@@ -55,6 +99,7 @@ class DenseTable {
   const uint64_t chunk_floats_;
   const std::unique_ptr<Optimizer> optimizer_;
   std::unordered_map<uint64_t, Chunk> chunks_;
+  Buffer block_;  // the owned chunks' weights; shared with the views handed out
 };
 
 NativeStore::NativeStore() = default;
@@ -143,10 +188,15 @@ Status NativeStore::PullChunks(uint32_t table, const uint64_t* chunks, size_t n,
   for (size_t i = 0; i < n; ++i) {
     DenseTable::Chunk* c = t->Get(chunks[i]);
     if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
-    std::memcpy(out, c->w.data(), c->w.size() * sizeof(float));
-    out += c->w.size();
+    std::memcpy(out, t->weights(*c), c->floats * sizeof(float));
+    out += c->floats;
   }
   return Status::OK();
+}
+
+bool NativeStore::PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) {
+  DenseTable* t = dense(table);
+  return t != nullptr && t->View(chunks, n, out);
 }
 
 Status NativeStore::PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
@@ -156,8 +206,8 @@ Status NativeStore::PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
   for (size_t i = 0; i < n; ++i) {
     DenseTable::Chunk* c = t->Get(chunks[i]);
     if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
-    t->optimizer().Apply(c->w.data(), c->state.data(), grads, c->w.size(), options);
-    grads += c->w.size();
+    t->optimizer().Apply(t->Weights(*c), c->state.data(), grads, c->floats, options);
+    grads += c->floats;
   }
   return Status::OK();
 }
@@ -169,7 +219,7 @@ Status NativeStore::PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
   for (size_t i = 0; i < n; ++i) {
     DenseTable::Chunk* c = t->Get(chunks[i]);
     if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
-    t->optimizer().Apply(c->w.data(), c->state.data(), grads[i], c->w.size(), options);
+    t->optimizer().Apply(t->Weights(*c), c->state.data(), grads[i], c->floats, options);
   }
   return Status::OK();
 }
@@ -181,9 +231,9 @@ Status NativeStore::InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
   for (size_t i = 0; i < n; ++i) {
     DenseTable::Chunk* c = t->Get(chunks[i]);
     if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
-    if (!c->initialized) std::memcpy(c->w.data(), values, c->w.size() * sizeof(float));
+    if (!c->initialized) std::memcpy(t->Weights(*c), values, c->floats * sizeof(float));
     c->initialized = true;
-    values += c->w.size();
+    values += c->floats;
   }
   return Status::OK();
 }
@@ -201,7 +251,7 @@ Status NativeStore::ExportRecords(uint32_t table, const RecordVisitor& visit) co
   std::vector<float> record;
   return t->ForEachChunk([&](uint64_t c, const DenseTable::Chunk& ch) -> Status {
     if (!ch.initialized) return Status::OK();
-    record.assign(ch.w.begin(), ch.w.end());
+    record.assign(t->weights(ch), t->weights(ch) + ch.floats);
     record.insert(record.end(), ch.state.begin(), ch.state.end());
     return visit(c, record.data(), record.size());
   });
@@ -221,8 +271,8 @@ Status NativeStore::ImportRecord(uint32_t table, uint64_t key, const float* data
   DenseTable* t = dense(table);
   DenseTable::Chunk* c = t == nullptr ? nullptr : t->Get(key);
   if (c == nullptr) return InvalidArgument("chunk " + std::to_string(key) + " is not owned here");
-  std::memcpy(c->w.data(), data, c->w.size() * sizeof(float));
-  std::memcpy(c->state.data(), data + c->w.size(), c->state.size() * sizeof(float));
+  std::memcpy(t->Weights(*c), data, c->floats * sizeof(float));
+  std::memcpy(c->state.data(), data + c->floats, c->state.size() * sizeof(float));
   c->initialized = true;
   return Status::OK();
 }
@@ -232,7 +282,7 @@ size_t NativeStore::RecordFloats(uint32_t table, uint64_t key) const {
   DenseTable* t = dense(table);
   if (t == nullptr) return 0;
   DenseTable::Chunk* c = t->Get(key);
-  return c == nullptr ? 0 : c->w.size() + c->state.size();
+  return c == nullptr ? 0 : c->floats + c->state.size();
 }
 
 size_t NativeStore::ChunkFloats(uint32_t table, uint64_t chunk) const {

@@ -4,7 +4,8 @@
 // open-addressing hash table with linear probing (16-byte slots: key + row index) that doubles at
 // 70% load. A row is `dim` weights followed by the optimizer's state. Batch operations prefetch
 // the hash slots of keys a few positions ahead, since at millions of keys per request the lookup
-// is bound by cache misses, not arithmetic.
+// is bound by cache misses, not arithmetic. The owned chunks of a dense table share one
+// copy-on-write weights block (PullChunksView).
 //
 // Thread-safety: none; see Store.
 #pragma once
@@ -40,6 +41,9 @@ class NativeStore : public Store {
   Status RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
                       uint64_t cap, uint64_t* out) const override;
   Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
+  // True when the chunks are owned, distinct and consecutive in chunk-id order (a client's whole
+  // route to this server is): dense weights are stored that way, copy-on-write.
+  bool PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) override;
   Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
                     const ApplyOptions& options) override;
   Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* const* grads,

@@ -525,11 +525,17 @@ Status Server::ServePull(const proto::Header& h, const Message& msg, proto::Head
   if (!sparse) {
     for (size_t i = 0; i < n; ++i) floats += store_->ChunkFloats(id, keys[i]);
   }
-  *values = Buffer::Allocate(floats * sizeof(float));
-  float* out = reinterpret_cast<float*>(values->mutable_data());
-  OSPREY_RETURN_IF_ERROR(sparse ? store_->PullRows(id, keys, n, out)
-                                : store_->PullChunks(id, keys, n, out));
-  t.RecordPull(h, keys, n, out);  // DC-ASGD's weights at pull (no-op without dc_lambda)
+  // Dense: a snapshot of the store's own block when the message covers consecutive chunks (a
+  // client's whole route does), sent without copying; the store copies on its next write while
+  // the reply is still in flight, so the chunks of this reply are never torn.
+  if (sparse || !store_->PullChunksView(id, keys, n, values) ||
+      values->size() != floats * sizeof(float)) {
+    *values = Buffer::Allocate(floats * sizeof(float));
+    float* out = reinterpret_cast<float*>(values->mutable_data());
+    OSPREY_RETURN_IF_ERROR(sparse ? store_->PullRows(id, keys, n, out)
+                                  : store_->PullChunks(id, keys, n, out));
+  }
+  t.RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
   reply->set_version(t.version());
   reply->set_num_keys(0);
   reply->set_value_bytes(values->size());

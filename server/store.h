@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/buffer.h"
 #include "common/config/job_config.h"
 #include "common/status.h"
 #include "server/optim/optimizer.h"
@@ -88,6 +89,14 @@ class Store {
 
   // Dense: `chunks` are chunk ids; values are the chunks' floats concatenated in that order.
   virtual Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) = 0;
+  // Dense, without copying: when the store can, sets *out to a view of exactly the floats
+  // PullChunks would write and returns true; else returns false and leaves *out alone (the
+  // caller falls back to PullChunks). The view is an immutable snapshot: later pushes, inits and
+  // imports never change the bytes it shows (the store writes a copy while a view is alive), so
+  // it may be read on any thread, e.g. sent by the transport after the store moved on.
+  virtual bool PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) {
+    return false;
+  }
   virtual Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
                             const ApplyOptions& options) = 0;
   // The same with chunk i's gradient at grads[i] (the chunk's floats).

@@ -45,7 +45,8 @@ double RawMicros(const std::vector<BenchRecord>& records, const BenchRecord& r) 
     const BenchRecord* pull = FindRaw(records, r, "pull");
     return push && pull ? push->median_us + pull->median_us : -1;
   }
-  const BenchRecord* raw = FindRaw(records, r, r.op);
+  // A pull into a Buffer does what the raw pull does (no copy out of the received frame).
+  const BenchRecord* raw = FindRaw(records, r, r.op == "pull_buffer" ? "pull" : r.op);
   return raw ? raw->median_us : -1;
 }
 

@@ -69,6 +69,7 @@ const char* BenchOpName(BenchOp op) {
     case BenchOp::kPull: return "pull";
     case BenchOp::kPushPull: return "pushpull";
     case BenchOp::kPipelinedPush: return "pipelined_push";
+    case BenchOp::kPullBuffer: return "pull_buffer";
   }
   return "unknown";
 }
@@ -137,6 +138,10 @@ StatusOr<OpTiming> OspreyBench::Dense(const std::string& table_name, BenchOp op,
   worker::Client* c = client_.get();
   auto push = [&] { return c->Wait(c->PushDense(id, grads)); };
   auto pull = [&] { return c->Wait(c->PullDense(id, out.data())); };
+  if (op == BenchOp::kPullBuffer) {
+    Buffer pulled;
+    return TimeOp([&] { return c->Wait(c->PullDense(id, &pulled)); }, options);
+  }
   return TimePushPull(op, push, pull, options);
 }
 

@@ -5,6 +5,8 @@
 //   dense push      PushDense(table, Buffer) + Wait: the zero-copy push of the whole table (one
 //                   chunk, one message); the Buffer is allocated once and reused by every push.
 //   dense pull      PullDense(table, out) + Wait into a vector allocated once.
+//   dense pull_buffer  PullDense(table, &buffer) + Wait: the reply frame handed over as a
+//                   Buffer, no client-side copy (the previous reply is dropped by the next).
 //   push+pull       a push, waited, then a pull of the same table, waited (a training step's
 //                   exchange); time for both.
 //   pipelined push  `window` dense pushes issued back to back, then all waited; median_s is per
@@ -37,9 +39,9 @@
 
 namespace osprey::bench {
 
-enum class BenchOp { kPush, kPull, kPushPull, kPipelinedPush };
+enum class BenchOp { kPush, kPull, kPushPull, kPipelinedPush, kPullBuffer };
 
-// "push", "pull", "pushpull", "pipelined_push" (the JSON names).
+// "push", "pull", "pushpull", "pipelined_push", "pull_buffer" (the JSON names).
 const char* BenchOpName(BenchOp op);
 
 struct TimingOptions {
@@ -64,7 +66,7 @@ class OspreyBench {
   static StatusOr<std::unique_ptr<OspreyBench>> Connect(const proto::ShardMap& map);
   ~OspreyBench();
 
-  // Dense table `table_name` (its whole size, one chunk): kPush, kPull or kPushPull.
+  // Dense table `table_name` (its whole size, one chunk): kPush, kPull, kPullBuffer or kPushPull.
   StatusOr<OpTiming> Dense(const std::string& table_name, BenchOp op,
                            const TimingOptions& options);
   // `window` pushes of dense table `table_name` in flight per batch; median_s is per batch.

@@ -3,13 +3,16 @@
 // sizes (bench/transport_raw) measured in the same run as the ceiling.
 //
 //   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc]
+//                          [--dense-sizes BYTES...] [--dense-only]
 //
-// Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull); 16 pipelined 4 KiB
-// pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD step applied on the
-// server. Each figure is the median of --runs runs (default 5) of >= 60 ms each; dense runs
+// Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
+// 16 pipelined 4 KiB pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD
+// step applied on the server. Each figure is the median of --runs runs (default 5) of >= 60 ms each; dense runs
 // alternate with the raw baseline's (RunDenseSize). What one operation is and how it is timed:
 // osprey_cases.h; the table and JSON fields: bench_report.h.
 // --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
+// --dense-sizes replaces the plan's dense sizes; --dense-only skips the pipelined and sparse cases
+// (to compare builds on a few dense sizes quickly).
 //
 // Process layout: the servers (one per transport) are forked first, while this process has one
 // thread. Every Osprey client is destroyed again before the raw baseline runs, because the
@@ -42,6 +45,7 @@ struct Plan {
   size_t pipelined_bytes = 4096;
   int window = 16;
   std::vector<SparseCase> sparse;
+  bool dense_only = false;
   TimingOptions timing;
 };
 
@@ -129,15 +133,16 @@ StatusOr<RawZmqResult> RunRaw(const std::string& transport, size_t bytes, EchoSh
 // is destroyed before the raw half of each round: the baseline forks its echo server.
 Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Plan& plan,
                     size_t bytes, std::vector<BenchRecord>* out) {
-  const BenchOp ops[3] = {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull};
-  std::vector<double> osprey_s[3], raw_s[2];
+  const BenchOp ops[4] = {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull,
+                          BenchOp::kPullBuffer};
+  std::vector<double> osprey_s[4], raw_s[2];
   TimingOptions one = plan.timing;
   one.runs = 1;
   for (int run = 0; run < plan.timing.runs; ++run) {
     int iters[2] = {0, 0};  // push, pull operations of this round, reused by the raw baseline
     {
       OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < 4; ++i) {
         OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), ops[i], one));
         osprey_s[i].push_back(t.median_s);
         if (i < 2) iters[i] = t.iters;
@@ -149,7 +154,7 @@ Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Pl
       raw_s[i].push_back(raw.median_us * 1e-6);
     }
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     out->push_back(MakeRecord("dense", tr, ops[i], bytes, {}, {}, Median(osprey_s[i]), 1));
     Progress(out->back());
   }
@@ -210,6 +215,7 @@ Status RunTransport(const std::string& tr, const ServerProcess& server, const Pl
   for (size_t bytes : plan.dense_bytes) {
     OSPREY_RETURN_IF_ERROR(RunDenseSize(tr, server, plan, bytes, out));
   }
+  if (plan.dense_only) return Status::OK();
   OSPREY_RETURN_IF_ERROR(RunPipelined(tr, server, plan, out));
   return RunSparse(tr, server, plan, out);
 }
@@ -220,11 +226,17 @@ int Main(int argc, char** argv) {
   std::string json_path;
   int runs = 0;
   bool quick = false;
+  bool dense_only = false;
+  std::vector<size_t> dense_sizes;
   std::vector<std::string> transports = {"tcp", "ipc"};
   app.add_option("--json", json_path, "also write the results as a JSON array to PATH");
   app.add_option("--runs", runs, "timed runs per case; the median is reported (default 5, "
                                  "--quick 3)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "a small subset with 3 runs (smoke test, well under a minute)");
+  app.add_option("--dense-sizes", dense_sizes, "dense sizes in bytes (multiples of 4), replacing "
+                                               "the plan's")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--dense-only", dense_only, "only the dense cases (no pipelined or sparse ones)");
   app.add_option("--transport", transports, "tcp and/or ipc")
       ->check(CLI::IsMember({"tcp", "ipc"}));
   try {
@@ -234,6 +246,15 @@ int Main(int argc, char** argv) {
   }
   Plan plan = quick ? QuickPlan() : FullPlan();
   if (runs > 0) plan.timing.runs = runs;
+  for (size_t bytes : dense_sizes) {
+    if (bytes % sizeof(float) != 0) {
+      std::fprintf(stderr, "osprey-bench-transport: --dense-sizes %zu is not a multiple of 4\n",
+                   bytes);
+      return 2;
+    }
+  }
+  if (!dense_sizes.empty()) plan.dense_bytes = dense_sizes;
+  plan.dense_only = dense_only;
   const std::vector<config::TableConfig> tables = BenchTables(plan);
 
   // Every server is forked now, while this process is still single-threaded.

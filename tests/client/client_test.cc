@@ -262,3 +262,101 @@ TEST(ClientBspHostGroupTest, DenseWindowClosesWhenOnlyOneWorkerPushes) {
 
 }  // namespace
 }  // namespace osprey::worker
+
+namespace osprey::worker {
+namespace {
+
+// One server owns every chunk: a pull into a Buffer is the server's reply frame, which (through
+// the in-process transport) is the store's copy-on-write weights block itself. A push made while
+// that view is held must not change it.
+TEST(ClientDenseBufferTest, PullIntoBufferIsAStableZeroCopySnapshot) {
+  InprocCluster cluster(1);
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Client client(ClientOptions{}, cluster.NewTransport(), cluster.map());
+  ASSERT_TRUE(client.Start().ok());
+  std::vector<float> init(10);
+  std::iota(init.begin(), init.end(), 0.0f);
+  ASSERT_TRUE(client.Wait(client.InitDense(1, init.data())).ok());
+  Buffer a, b;
+  ASSERT_TRUE(client.Wait(client.PullDense(1, &a)).ok());
+  ASSERT_TRUE(client.Wait(client.PullDense(1, &b)).ok());
+  ASSERT_EQ(a.size(), 10 * sizeof(float));
+  EXPECT_EQ(a.data(), b.data()) << "two pulls without a push in between share the store's block";
+  std::vector<float> g(10, 2.0f);
+  ASSERT_TRUE(client.Wait(client.PushDense(1, g.data())).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(a.as<float>()[i], i) << "held snapshot changed";
+  Buffer c;
+  std::vector<float> out(10);
+  ASSERT_TRUE(client.Wait(client.PullDense(1, &c)).ok());
+  ASSERT_TRUE(client.Wait(client.PullDense(1, out.data())).ok());
+  EXPECT_NE(c.data(), a.data());
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_FLOAT_EQ(c.as<float>()[i], i - 1.0f);
+    EXPECT_FLOAT_EQ(out[i], i - 1.0f);
+  }
+  // With no view left, a push writes the block in place and later pulls see it.
+  a = b = c = Buffer();
+  ASSERT_TRUE(client.Wait(client.PushDense(1, g.data())).ok());
+  ASSERT_TRUE(client.Wait(client.PullDense(1, &a)).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(a.as<float>()[i], i - 2.0f);
+}
+
+// Chunks spread over three servers: the Buffer is assembled like a float-array pull.
+TEST_F(ClientTest, DensePullIntoBufferAcrossServers) {
+  std::vector<float> init(10);
+  std::iota(init.begin(), init.end(), 0.0f);
+  ASSERT_TRUE(client_->Wait(client_->InitDense(1, init.data())).ok());
+  Buffer out;
+  ASSERT_TRUE(client_->Wait(client_->PullDense(1, &out)).ok());
+  ASSERT_EQ(out.size(), 10 * sizeof(float));
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(out.as<float>()[i], i);
+  Buffer bad;
+  EXPECT_EQ(client_->Wait(client_->PullDense(0, &bad)).code(), StatusCode::kInvalidArgument);
+}
+
+// Pushes racing pulls never tear a chunk: every pushed step moves each weight of every chunk by
+// the same amount, so within a pulled chunk all weights must show the same number of steps.
+TEST(ClientDenseBufferTest, ConcurrentPushesNeverTearAPulledChunk) {
+  std::vector<config::TableConfig> tables = testing::TestTables();
+  tables[1].size = 1 << 16;
+  tables[1].chunk_floats = 1 << 14;
+  InprocCluster cluster(1, tables);
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Client pusher(ClientOptions{}, cluster.NewTransport(), cluster.map());
+  Client puller(ClientOptions{}, cluster.NewTransport(), cluster.map());
+  ASSERT_TRUE(pusher.Start().ok());
+  ASSERT_TRUE(puller.Start().ok());
+  const size_t n = tables[1].size, chunk = tables[1].chunk_floats;
+  std::vector<float> zeros(n, 0.0f), g(n, 2.0f);  // lr 0.5: each push subtracts exactly 1
+  ASSERT_TRUE(pusher.Wait(pusher.InitDense(1, zeros.data())).ok());
+  constexpr int kPushes = 200;
+  std::thread push_thread([&] {
+    for (int i = 0; i < kPushes; ++i) ASSERT_TRUE(pusher.Wait(pusher.PushDense(1, g.data())).ok());
+  });
+  std::vector<float> array(n);
+  std::vector<Buffer> held;  // views kept alive while pushes go on
+  float last = 1.0f;
+  for (int i = 0; i < 300 && last > -kPushes; ++i) {
+    Buffer b;
+    ASSERT_TRUE(puller.Wait(puller.PullDense(1, &b)).ok());
+    ASSERT_TRUE(puller.Wait(puller.PullDense(1, array.data())).ok());
+    held.push_back(b);
+    if (held.size() > 4) held.erase(held.begin());
+    for (const Buffer& h : held) {
+      const float* v = h.as<float>();
+      for (size_t c = 0; c < n; c += chunk) {
+        for (size_t j = c; j < c + chunk; ++j) ASSERT_EQ(v[j], v[c]) << "torn chunk at " << j;
+      }
+    }
+    for (size_t c = 0; c < n; c += chunk) {
+      for (size_t j = c; j < c + chunk; ++j) ASSERT_EQ(array[j], array[c]) << "torn chunk at " << j;
+    }
+    last = array[0];
+  }
+  push_thread.join();
+  ASSERT_TRUE(puller.Wait(puller.PullDense(1, array.data())).ok());
+  for (size_t j = 0; j < n; ++j) ASSERT_EQ(array[j], -float{kPushes});
+}
+
+}  // namespace
+}  // namespace osprey::worker

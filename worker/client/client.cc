@@ -15,6 +15,7 @@ struct Client::Part {
   proto::Op op = proto::OP_UNSPECIFIED;
   uint32_t table = 0;
   float* out = nullptr;                 // pulls: the caller's output
+  Buffer* out_frame = nullptr;          // dense pull: takes the reply frame itself (no copy)
   std::vector<uint32_t> positions;      // sparse pull: row index in `out` of each key sent
                                         // (empty: the keys are the call's keys, in order)
   const DenseRoute* route = nullptr;    // dense: the chunks of the message (owned by the client)
@@ -299,6 +300,10 @@ Ticket Client::PullDense(uint32_t table, float* out, int64_t clock) {
   return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, out, clock, 0);
 }
 
+Ticket Client::PullDense(uint32_t table, Buffer* out, int64_t clock) {
+  return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, nullptr, clock, 0, nullptr, out);
+}
+
 Ticket Client::PushDense(uint32_t table, const float* grads, int64_t clock, uint64_t version) {
   return SendDense(proto::OP_PUSH_DENSE, table, grads, nullptr, nullptr, clock, version);
 }
@@ -317,7 +322,8 @@ Ticket Client::InitDense(uint32_t table, const float* values) {
 }
 
 Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
-                         float* out, int64_t clock, uint64_t version, const std::vector<bool>* servers) {
+                         float* out, int64_t clock, uint64_t version, const std::vector<bool>* servers,
+                         Buffer* out_buffer) {
   Status bad = CheckTable(table, /*sparse=*/false);
   if (bad.ok() && servers != nullptr && servers->size() != peers_.size()) {
     bad = InvalidArgument("dense push to table '" + map_.tables(table).name() + "': server mask has " +
@@ -333,13 +339,26 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
   Ticket ticket = NewTicket(op, table, bad);
   if (!bad.ok()) return ticket;
   const float* src = in_buffer ? in_buffer->as<float>() : in;
-  for (const DenseRoute& route : dense_routes_[table]) {
+  const std::vector<DenseRoute>& routes = dense_routes_[table];
+  // A pull into a Buffer: one server's reply that is the whole table in order is taken as it is;
+  // anything else lands in a Buffer of the table's size, like a pull into a float array.
+  Buffer* out_frame = nullptr;
+  if (out_buffer != nullptr) {
+    if (routes.size() == 1 && routes[0].contiguous && routes[0].floats == map_.tables(table).size()) {
+      out_frame = out_buffer;
+    } else {
+      *out_buffer = Buffer::Allocate(map_.tables(table).size() * sizeof(float));
+      out = reinterpret_cast<float*>(out_buffer->mutable_data());
+    }
+  }
+  for (const DenseRoute& route : routes) {
     int s = route.server;
     if (servers != nullptr && !(*servers)[s]) continue;
     auto part = std::make_unique<Part>();
     part->op = op;
     part->table = table;
     part->out = out;
+    part->out_frame = out_frame;
     part->route = &route;
     uint64_t floats = route.floats;
     Buffer vbuf;
@@ -413,6 +432,11 @@ void Client::OnReply(Message&& msg) {
         std::memcpy(reinterpret_cast<uint8_t*>(part->out) + size_t{pos} * row, src, row);
         src += row;
       }
+    } else if (part->out_frame != nullptr &&
+               reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
+      *part->out_frame = std::move(msg.values);  // the whole table, in order: no copy
+    } else if (part->out_frame != nullptr) {
+      *part->out_frame = Buffer::Copy(src, part->expect_bytes);
     } else {
       for (const auto& [first, len] : part->route->ranges) {
         std::memcpy(part->out + first, src, len * sizeof(float));

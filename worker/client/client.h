@@ -17,7 +17,8 @@
 // Memory: `keys` and input floats are copied into per-server frames before the call returns,
 // except for PushDense(table, Buffer), which sends slices of the Buffer without copying. Output
 // arrays (`out`) must stay valid until Wait() returns; after Wait() returns -- with any status --
-// the client never touches them again.
+// the client never touches them again. Pulls into a float array copy each reply once, into the
+// array; PullDense(table, Buffer*) hands over the reply frame instead when it can.
 //
 // Threading: all methods are thread-safe. Replies are processed on the transport's I/O thread.
 // Every Ticket must be waited on exactly once (its bookkeeping is released by Wait).
@@ -87,6 +88,12 @@ class Client {
               int64_t clock = 0, uint64_t version = 0);
   // Dense: the whole table (table size floats).
   Ticket PullDense(uint32_t table, float* out, int64_t clock = 0);
+  // The same into a Buffer, without a client-side copy where it can: after Wait() returns OK,
+  // *out holds the table's size floats. When one server holds every chunk of the table (one
+  // server, or a table of one chunk), *out is that server's reply frame itself; otherwise the
+  // replies are assembled into a new Buffer. `out` must stay valid until Wait() returns; after
+  // an error its contents are unspecified.
+  Ticket PullDense(uint32_t table, Buffer* out, int64_t clock = 0);
   Ticket PushDense(uint32_t table, const float* grads, int64_t clock = 0, uint64_t version = 0);
   // Only the messages for servers s with servers[s] true (a GPU host group splits the servers
   // among its workers); the others are not sent. `servers` has one entry per server.
@@ -121,7 +128,8 @@ class Client {
 
   Ticket NewTicket(proto::Op op, uint32_t table, Status immediate = Status::OK());
   Ticket SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
-                   float* out, int64_t clock, uint64_t version, const std::vector<bool>* servers = nullptr);
+                   float* out, int64_t clock, uint64_t version, const std::vector<bool>* servers = nullptr,
+                   Buffer* out_buffer = nullptr);
   // What a ticket was for, for error messages (built only when an error is reported).
   std::string Describe(proto::Op op, uint32_t table) const;
   Status CheckTable(uint32_t table, bool sparse) const;
