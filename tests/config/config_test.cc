@@ -137,6 +137,25 @@ TEST(JobConfigTest, CodecAndConsistencySectionsAreValidated) {
   ExpectError(kMinimal, {"tables.mlp.consistency.mode=eventual"}, "consistency.mode: 'eventual'");
 }
 
+TEST(JobConfigTest, WorkerSectionIsValidated) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml",
+                            {"worker.device=auto", "worker.gpu=1", "worker.nccl=false",
+                             "worker.cache.capacity_fraction=0.1", "worker.cache.staleness_bound=3"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->worker.device, "auto");
+  EXPECT_EQ(job->worker.gpu, 1);
+  EXPECT_FALSE(job->worker.nccl);
+  EXPECT_DOUBLE_EQ(job->worker.cache.capacity_fraction, 0.1);
+  EXPECT_EQ(job->worker.cache.staleness_bound, 3);
+  ExpectError(kMinimal, {"worker.device=tpu"}, "worker.device: 'tpu' is not one of");
+  ExpectError(kMinimal, {"worker.gpu=-2"}, "worker.gpu: value -2 is out of range");
+  ExpectError(kMinimal, {"worker.data_threads=0"}, "worker.data_threads: value 0 is out of range");
+  ExpectError(kMinimal, {"worker.nccl=maybe"}, "worker.nccl");
+  ExpectError(kMinimal, {"worker.cache.capacity_fraction=1.5"}, "worker.cache.capacity_fraction: value 1.5 is out of range");
+  ExpectError(kMinimal, {"worker.cache.staleness_bound=-2"}, "worker.cache.staleness_bound: value -2 is out of range");
+  ExpectError(kMinimal, {"worker.cache.rows=5"}, "worker.cache.rows: unknown key");
+}
+
 TEST(JobConfigTest, MissingFileIsNotFound) {
   auto job = LoadJobConfig("/nonexistent/osprey.yaml");
   ASSERT_FALSE(job.ok());
@@ -147,7 +166,9 @@ TEST(JobConfigTest, MissingFileIsNotFound) {
 TEST(JobConfigTest, ShippedConfigsAllLoad) {
   const char* src = std::getenv("OSPREY_SOURCE_DIR");
   ASSERT_NE(src, nullptr);
-  for (const char* name : {"configs/local.yaml"}) {
+  for (const char* name : {"configs/local.yaml", "configs/local-topk.yaml", "configs/local-onebit.yaml",
+                           "configs/bsp.yaml", "configs/ssp.yaml", "configs/async.yaml",
+                           "configs/async-momentum.yaml", "configs/bench-dlrm-kaggle.yaml"}) {
     auto job = LoadJobConfig(std::string(src) + "/" + name);
     EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
   }

@@ -378,6 +378,11 @@ TEST(JobStateHostGroupTest, LocalRanksAndIdExchange) {
   s.OnHostGroup(ReplyAddress{4, 54}, request(9, ""), &out);  // not a worker
   ASSERT_EQ(out.size(), 1u);
   EXPECT_FALSE(out[0].status.ok());
+  out.clear();
+  s.OnHostGroup(ReplyAddress{4, 55}, request(1, std::string(1025, 'x')), &out);  // oversized id
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].status.message().find("1025 bytes (at most 1024)"), std::string::npos)
+      << out[0].status.ToString();
 }
 
 }  // namespace
