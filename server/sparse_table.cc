@@ -142,11 +142,7 @@ void SparseTable::PushImpl(const uint64_t* keys, size_t n, const float* g, const
       if (i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
       const uint32_t row = FindOrCreateIndex(keys[i]);
       rows[j] = RowPtr(row);
-      if (update.version > 0) {
-        uint64_t* h = HistoryPtr(row);
-        for (int k = kRowHistory - 1; k > 0; --k) h[k] = h[k - 1];
-        h[0] = update.version;
-      }
+      RecordUpdate(row, update.version);
     }
     const ApplyOptions* per_row = update.row_options ? update.row_options + b : nullptr;
     if (gp != nullptr) {
@@ -173,11 +169,7 @@ void SparseTable::PushIds(const uint32_t* ids, size_t n, const float* const* gra
     for (size_t j = 0; j < m; ++j) {
       const uint32_t row = ids[b + j];
       rows[j] = RowPtr(row);
-      if (update.version > 0) {
-        uint64_t* h = HistoryPtr(row);
-        for (int k = kRowHistory - 1; k > 0; --k) h[k] = h[k - 1];
-        h[0] = update.version;
-      }
+      RecordUpdate(row, update.version);
     }
     optimizer_->ApplyRows(rows, grads + b, m, dim_, update.options,
                           update.row_options ? update.row_options + b : nullptr);

@@ -93,6 +93,13 @@ class SparseTable {
   uint64_t* HistoryPtr(uint32_t row) const {
     return history_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * kRowHistory;
   }
+  // Records that `row` was updated at table version `version` (0: versions are not tracked).
+  void RecordUpdate(uint32_t row, uint64_t version) {
+    if (version == 0) return;
+    uint64_t* h = HistoryPtr(row);
+    for (int k = kRowHistory - 1; k > 0; --k) h[k] = h[k - 1];
+    h[0] = version;
+  }
   // Push with gradients contiguous at g or, when gp is set, at gp[i].
   void PushImpl(const uint64_t* keys, size_t n, const float* g, const float* const* gp,
                 const RowUpdate& update);

@@ -14,26 +14,20 @@
 #include <string>
 #include <thread>
 
+#include "tests/testing/launch_util.h"
+
 namespace {
 
-std::string Env(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using osprey::testing::BinDir;
+using osprey::testing::ReadFile;
+using osprey::testing::SourceDir;
 
 // Runs `osprey launch CONFIG` in the background, `osprey checkpoint` against it into BASE/ckpt,
 // stops the job; the checkpoint command's output is in BASE/ckpt.out, the job's logs in BASE/logs.
 void CheckpointRunningJob(const std::string& config, const std::string& base) {
   namespace fs = std::filesystem;
-  const std::string bin = Env("OSPREY_BIN_DIR", "build/bin");
-  const std::string src = Env("OSPREY_SOURCE_DIR", ".");
+  const std::string bin = BinDir();
+  const std::string src = SourceDir();
   fs::remove_all(base);
   fs::create_directories(base);
   const std::string out = base + "/launch.out";
@@ -120,7 +114,7 @@ TEST(CheckpointCommandTest, BspJobGetsACutAtOneClockOnEveryServer) {
 }
 
 TEST(CheckpointCommandTest, UnreachableCoordinatorFailsWithAMessage) {
-  const std::string bin = Env("OSPREY_BIN_DIR", "build/bin");
+  const std::string bin = BinDir();
   const std::string out = ::testing::TempDir() + "/osprey-ckpt-unreachable.out";
   std::string cmd = bin + "/osprey checkpoint --coordinator tcp://127.0.0.1:1 --timeout-ms 300 > " +
                     out + " 2>&1";

@@ -14,21 +14,15 @@
 #include <sstream>
 #include <string>
 
+#include "tests/testing/launch_util.h"
+
 namespace {
 
+using osprey::testing::BinDir;
+using osprey::testing::ReadFile;
+using osprey::testing::SourceDir;
+
 constexpr int kSteps = 200;
-
-std::string Env(const char* name, const char* fallback) {
-  const char* d = std::getenv(name);
-  return d ? d : fallback;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 double JsonNumber(const std::string& json, const std::string& key) {
   std::smatch m;
@@ -46,13 +40,13 @@ TEST_P(ModesLaunchTest, FinishesAndLearns) {
   std::string report = base + ".json", logs = base + "-logs";
   std::filesystem::remove_all(logs);
   std::remove(report.c_str());
-  std::string cmd = Env("OSPREY_BIN_DIR", "build/bin") + "/osprey launch " +
-                    Env("OSPREY_SOURCE_DIR", ".") + "/configs/" + mode + ".yaml --quiet" +
+  std::string cmd = BinDir() + "/osprey launch " +
+                    SourceDir() + "/configs/" + mode + ".yaml --quiet" +
                     " --set train.steps=" + std::to_string(kSteps) + " --stall-timeout 60" +
                     " --log-dir " + logs + " --report-json " + report + " > " + base + ".out 2>&1";
   int rc = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << "osprey launch failed; see " << base << ".out";
-  std::string json = Slurp(report);
+  std::string json = ReadFile(report);
   EXPECT_EQ(JsonNumber(json, "steps"), kSteps) << json;
   EXPECT_GT(JsonNumber(json, "auc"), 0.6) << json;
   if (mode != "bsp") return;
@@ -60,7 +54,7 @@ TEST_P(ModesLaunchTest, FinishesAndLearns) {
   std::regex re(R"(server (\d+): (\d+) optimizer steps)");
   int servers = 0;
   for (const auto& e : std::filesystem::directory_iterator(logs)) {
-    std::string text = Slurp(e.path().string());
+    std::string text = ReadFile(e.path().string());
     for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) {
       long steps = std::stol((*it)[2]);
       EXPECT_GT(steps, 0);

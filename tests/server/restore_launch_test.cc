@@ -13,30 +13,24 @@
 #include <sstream>
 #include <string>
 
+#include "tests/testing/launch_util.h"
+
 namespace {
 
+using osprey::testing::BinDir;
+using osprey::testing::ReadFile;
+using osprey::testing::SourceDir;
+
 namespace fs = std::filesystem;
-
-std::string Env(const char* name, const char* fallback) {
-  const char* d = std::getenv(name);
-  return d ? d : fallback;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Runs `osprey launch configs/bsp.yaml ARGS`; returns the exit code, output in *out.
 int Launch(const std::string& args, const std::string& name, std::string* out) {
   std::string base = ::testing::TempDir() + "/osprey-restore-" + name;
-  std::string cmd = Env("OSPREY_BIN_DIR", "build/bin") + "/osprey launch " +
-                    Env("OSPREY_SOURCE_DIR", ".") + "/configs/bsp.yaml --quiet --stall-timeout 60 " +
+  std::string cmd = BinDir() + "/osprey launch " +
+                    SourceDir() + "/configs/bsp.yaml --quiet --stall-timeout 60 " +
                     args + " > " + base + ".out 2>&1";
   int rc = std::system(cmd.c_str());
-  *out = Slurp(base + ".out");
+  *out = ReadFile(base + ".out");
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
@@ -55,7 +49,7 @@ TEST(RestoreLaunchTest, ResumesFromACheckpointOnAnotherServerCount) {
   std::regex cut_re(R"(checkpoint cut at bsp clock (\d+) written to .*server-(\d)-of-2)");
   long last_cut[2] = {-1, -1};
   for (int s = 0; s < 2; ++s) {
-    std::string text = Slurp(logs1 + "/server-" + std::to_string(s) + ".log");
+    std::string text = ReadFile(logs1 + "/server-" + std::to_string(s) + ".log");
     for (std::sregex_iterator it(text.begin(), text.end(), cut_re), end; it != end; ++it) {
       last_cut[s] = std::stol((*it)[1]);
     }
@@ -72,7 +66,7 @@ TEST(RestoreLaunchTest, ResumesFromACheckpointOnAnotherServerCount) {
   int restored = 0;
   std::string versions;
   for (int s = 0; s < 3; ++s) {
-    std::string text = Slurp(logs2 + "/server-" + std::to_string(s) + ".log");
+    std::string text = ReadFile(logs2 + "/server-" + std::to_string(s) + ".log");
     std::smatch m;
     ASSERT_TRUE(std::regex_search(text, m, re)) << "server " << s << " log:\n" << text;
     EXPECT_EQ(std::stol(m[2]), last_cut[0]) << "restored clock is not the last cut";

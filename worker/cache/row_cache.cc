@@ -9,6 +9,8 @@
 #include <string>
 #include <type_traits>
 
+#include "worker/data/random.h"  // Mix64: keys such as (feature << 48) ^ id are far from uniform
+
 namespace osprey::worker {
 namespace {
 
@@ -17,14 +19,6 @@ namespace {
 constexpr size_t kPrefetchDistance = 32;
 constexpr uint8_t kMaxFreq = 255;
 
-inline uint64_t MixKey(uint64_t x) {  // SplitMix64 finaliser: keys such as (feature << 48) ^ id are far from uniform
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  x ^= x >> 31;
-  return x;
-}
 
 }  // namespace
 
@@ -87,7 +81,7 @@ RowCache::RowCache(const RowCacheOptions& options)
   mask_ = (size_t{1} << bits) - 1;
 }
 
-inline size_t RowCache::Home(uint64_t key) const { return static_cast<size_t>(MixKey(key) >> shift_); }
+inline size_t RowCache::Home(uint64_t key) const { return static_cast<size_t>(data::Mix64(key) >> shift_); }
 
 int32_t RowCache::Find(uint64_t key) const {
   for (size_t i = Home(key);; i = (i + 1) & mask_) {
