@@ -86,6 +86,25 @@ TEST_F(ClientTest, DensePushToASubsetOfServers) {
   EXPECT_NE(s.message().find("server mask has 1 entries for 3 servers"), std::string::npos) << s.ToString();
 }
 
+// A host group's slice pull: only the masked servers' chunks are written; the others stay as
+// they were (they come from the other local ranks through NCCL).
+TEST_F(ClientTest, DensePullOfASubsetOfServers) {
+  const proto::TableSpec& spec = cluster_.map().tables(1);
+  std::vector<float> init(spec.size());
+  std::iota(init.begin(), init.end(), 1.0f);
+  ASSERT_TRUE(client_->Wait(client_->InitDense(1, init.data())).ok());
+  std::vector<bool> mask = {true, false, true};
+  std::vector<float> out(spec.size(), -7.0f);
+  ASSERT_TRUE(client_->Wait(client_->PullDense(1, out.data(), 0, mask)).ok());
+  for (uint64_t i = 0; i < spec.size(); ++i) {
+    int owner = ServerForChunk(1, i / spec.chunk_floats(), 3);
+    EXPECT_FLOAT_EQ(out[i], owner == 1 ? -7.0f : init[i]) << "float " << i << " on server " << owner;
+  }
+  Status s = client_->Wait(client_->PullDense(1, out.data(), 0, std::vector<bool>{true, true}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("dense pull to table"), std::string::npos) << s.ToString();
+}
+
 TEST_F(ClientTest, WrongTableKindFailsImmediately) {
   float x[4];
   uint64_t k = 1;
@@ -258,6 +277,51 @@ TEST(ClientBspHostGroupTest, DenseWindowClosesWhenOnlyOneWorkerPushes) {
     ASSERT_TRUE(c[0]->Wait(c[0]->PushDense(1, g.data(), clock)).ok());
   }
   EXPECT_FLOAT_EQ(out0[0], -1.5f);  // three windows of lr 0.5 applied before clock 3's pull
+}
+
+// The same with slice pulls: worker w pulls and pushes only the servers s with s % 2 == w; to
+// the others it sends clock-only pulls. Each server's window must still close every clock (the
+// clock-only pull carries the non-owner's progress), and a clock-only pull must be held like a
+// real one until its clock is ready.
+TEST(ClientBspHostGroupTest, SlicePullsWithClockOnlyPullsKeepWindowsClosing) {
+  std::vector<config::TableConfig> tables = testing::TestTables();
+  for (auto& t : tables) t.consistency.mode = "bsp";
+  testing::InprocCluster cluster(2, tables);
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  for (int s = 0; s < 2; ++s) cluster.server(s).SetLiveWorkers({0, 1});
+  std::unique_ptr<Client> c[2];
+  for (int w = 0; w < 2; ++w) {
+    ClientOptions o;
+    o.worker_rank = w;
+    o.timeout_ms = 3000;
+    c[w] = std::make_unique<Client>(o, cluster.NewTransport(), cluster.map());
+    ASSERT_TRUE(c[w]->Start().ok());
+  }
+  const proto::TableSpec& spec = cluster.map().tables(1);
+  std::vector<float> init(spec.size(), 0.0f), g(spec.size(), 1.0f);
+  std::vector<float> out[2] = {std::vector<float>(spec.size()), std::vector<float>(spec.size())};
+  const std::vector<bool> mask[2] = {{true, false}, {false, true}};
+  ASSERT_TRUE(c[0]->Wait(c[0]->InitDense(1, init.data())).ok());
+  for (int64_t clock = 0; clock < 4; ++clock) {
+    Ticket p0 = c[0]->PullDense(1, out[0].data(), clock, mask[0]);
+    if (clock > 0) {
+      // Worker 1 has not pulled this clock yet, so clock - 1's windows are open and worker 0's
+      // pull (the clock-only part included) must still be held.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    Ticket p1 = c[1]->PullDense(1, out[1].data(), clock, mask[1]);
+    ASSERT_TRUE(c[0]->Wait(p0).ok()) << "clock " << clock;
+    ASSERT_TRUE(c[1]->Wait(p1).ok()) << "clock " << clock;
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(c[w]->Wait(c[w]->PushDense(1, g.data(), clock, 0, mask[w])).ok());
+  }
+  // Each chunk: three windows of one push each (lr 0.5) before clock 3's pull, read by its owner.
+  std::set<int> owners;
+  for (uint64_t i = 0; i < spec.size(); ++i) {
+    int owner = ServerForChunk(1, i / spec.chunk_floats(), 2);
+    owners.insert(owner);
+    EXPECT_FLOAT_EQ(out[owner][i], -1.5f) << "float " << i;
+  }
+  EXPECT_EQ(owners.size(), 2u) << "the fixture's dense table should span both servers";
 }
 
 }  // namespace

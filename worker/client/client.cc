@@ -20,6 +20,7 @@ struct Client::Part {
                                         // (empty: the keys are the call's keys, in order)
   const DenseRoute* route = nullptr;    // dense: the chunks of the message (owned by the client)
   size_t expect_bytes = 0;              // pulls: reply values size
+  bool clock_only = false;              // dense pull outside a server mask: no keys, no values
 };
 
 struct Client::TicketState {
@@ -300,6 +301,10 @@ Ticket Client::PullDense(uint32_t table, float* out, int64_t clock) {
   return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, out, clock, 0);
 }
 
+Ticket Client::PullDense(uint32_t table, float* out, int64_t clock, const std::vector<bool>& servers) {
+  return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, out, clock, 0, &servers);
+}
+
 Ticket Client::PullDense(uint32_t table, Buffer* out, int64_t clock) {
   return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, nullptr, clock, 0, nullptr, out);
 }
@@ -326,7 +331,8 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
                          Buffer* out_buffer) {
   Status bad = CheckTable(table, /*sparse=*/false);
   if (bad.ok() && servers != nullptr && servers->size() != peers_.size()) {
-    bad = InvalidArgument("dense push to table '" + map_.tables(table).name() + "': server mask has " +
+    bad = InvalidArgument(std::string(op == proto::OP_PULL_DENSE ? "dense pull" : "dense push") + " to table '" +
+                          map_.tables(table).name() + "': server mask has " +
                           std::to_string(servers->size()) + " entries for " + std::to_string(peers_.size()) +
                           " servers");
   }
@@ -353,14 +359,18 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
   }
   for (const DenseRoute& route : routes) {
     int s = route.server;
-    if (servers != nullptr && !(*servers)[s]) continue;
+    // Masked out: a push skips the server; a pull sends it an empty pull that only carries the
+    // clock (no keys, no values back), so the server still sees this worker's progress.
+    const bool clock_only = servers != nullptr && !(*servers)[s];
+    if (clock_only && op != proto::OP_PULL_DENSE) continue;
     auto part = std::make_unique<Part>();
     part->op = op;
     part->table = table;
     part->out = out;
     part->out_frame = out_frame;
     part->route = &route;
-    uint64_t floats = route.floats;
+    part->clock_only = clock_only;
+    uint64_t floats = clock_only ? 0 : route.floats;
     Buffer vbuf;
     if (op == proto::OP_PULL_DENSE) {
       part->expect_bytes = floats * sizeof(float);
@@ -389,7 +399,7 @@ Ticket Client::SendDense(proto::Op op, uint32_t table, const float* in, const Bu
       }
       vbuf = std::move(encoded);
     }
-    SendPart(ticket, s, h, route.keys, std::move(vbuf), std::move(part));
+    SendPart(ticket, s, h, clock_only ? Buffer() : route.keys, std::move(vbuf), std::move(part));
   }
   return ticket;
 }
@@ -432,6 +442,8 @@ void Client::OnReply(Message&& msg) {
         std::memcpy(reinterpret_cast<uint8_t*>(part->out) + size_t{pos} * row, src, row);
         src += row;
       }
+    } else if (part->clock_only) {
+      // nothing to copy
     } else if (part->out_frame != nullptr &&
                reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
       *part->out_frame = std::move(msg.values);  // the whole table, in order: no copy

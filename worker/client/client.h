@@ -94,6 +94,13 @@ class Client {
   // replies are assembled into a new Buffer. `out` must stay valid until Wait() returns; after
   // an error its contents are unspecified.
   Ticket PullDense(uint32_t table, Buffer* out, int64_t clock = 0);
+  // Only the chunks of the servers s with servers[s] true are pulled into `out` (the floats of
+  // the other chunks are left as they are; a GPU host group pulls its slice and all-gathers the
+  // rest). Every other server that holds chunks of the table gets an empty pull carrying `clock`:
+  // a bsp/ssp server learns a worker's progress from its pulls and holds the reply until `clock`
+  // is ready, so Wait returns once every server of the table is ready for `clock`, as for a full
+  // pull. `servers` has one entry per server.
+  Ticket PullDense(uint32_t table, float* out, int64_t clock, const std::vector<bool>& servers);
   Ticket PushDense(uint32_t table, const float* grads, int64_t clock = 0, uint64_t version = 0);
   // Only the messages for servers s with servers[s] true (a GPU host group splits the servers
   // among its workers); the others are not sent. `servers` has one entry per server.
