@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "common/logging.h"  // OSPREY_CHECK
 #include "worker/data/random.h"  // Mix64: keys such as (feature << 48) ^ id are far from uniform
 
 namespace osprey::worker {
@@ -279,6 +280,14 @@ void RowCache::StartStep(int64_t step) {
 
 Status RowCache::Plan(int64_t step, const uint64_t* keys, size_t n, int32_t* slots,
                       std::vector<uint64_t>* miss_keys, std::vector<int32_t>* miss_slots) {
+  OSPREY_RETURN_IF_ERROR(PreparePlan(step, keys, n, slots, miss_keys, miss_slots));
+  CommitPlan();
+  return Status::OK();
+}
+
+Status RowCache::PreparePlan(int64_t step, const uint64_t* keys, size_t n, int32_t* slots,
+                             std::vector<uint64_t>* miss_keys, std::vector<int32_t>* miss_slots) {
+  pending_.valid = false;
   if (step < 0) return InvalidArgument("row cache: step must be >= 0, got " + std::to_string(step));
   if (step < last_step_) {
     return InvalidArgument("row cache: step " + std::to_string(step) + " planned after step " +
@@ -294,33 +303,43 @@ Status RowCache::Plan(int64_t step, const uint64_t* keys, size_t n, int32_t* slo
     epoch_ = 1;
   }
 
-  // When the call's keys fit beside the pinned slots whatever is present, nothing can fail: look
-  // up and plan the present keys in one pass. Otherwise look up first, and count exactly before
-  // changing anything.
+  // When the call's keys fit beside the pinned slots whatever is present, nothing can fail: the
+  // commit looks up and plans the present keys in one pass. Otherwise look up now, and count
+  // exactly before anything changes.
   absent_.clear();
   miss_keys->reserve(n);
   miss_slots->reserve(n);
   const uint64_t pinned_now = PinnedSlots(step);
-  if (n <= capacity_ - pinned_now) {
-    StartStep(step);
-    LookupAndPlanPresent(step, keys, n, slots, miss_keys, miss_slots);
-  } else {
+  const bool looked_up = n > capacity_ - pinned_now;
+  if (looked_up) {
     for (size_t i = 0; i < n; ++i) {
       if (i + kPrefetchDistance < n) __builtin_prefetch(&table_[Home(keys[i + kPrefetchDistance])]);
       slots[i] = Find(keys[i]);
       if (slots[i] < 0) absent_.push_back(i);
     }
     OSPREY_RETURN_IF_ERROR(CheckCapacity(step, slots, n, pinned_now));
-    StartStep(step);
-    PlanPresent(step, keys, n, slots, miss_keys, miss_slots);
   }
-  // Present keys went first, so that all of them are pinned before the hand looks for victims.
-  if (!absent_.empty()) PlanAbsent(step, keys, slots, miss_keys, miss_slots);
-  stats_.lookups += n;
+  pending_ = PendingPlan{true, looked_up, step, keys, n, slots, miss_keys, miss_slots};
   return Status::OK();
 }
 
+void RowCache::CommitPlan() {
+  OSPREY_CHECK(pending_.valid);
+  pending_.valid = false;
+  const PendingPlan& p = pending_;
+  StartStep(p.step);
+  if (p.looked_up) {
+    PlanPresent(p.step, p.keys, p.n, p.slots, p.miss_keys, p.miss_slots);
+  } else {
+    LookupAndPlanPresent(p.step, p.keys, p.n, p.slots, p.miss_keys, p.miss_slots);
+  }
+  // Present keys went first, so that all of them are pinned before the hand looks for victims.
+  if (!absent_.empty()) PlanAbsent(p.step, p.keys, p.slots, p.miss_keys, p.miss_slots);
+  stats_.lookups += p.n;
+}
+
 void RowCache::Invalidate(const int32_t* slots, size_t n) {
+  pending_.valid = false;  // its lookup may name the slots freed here
   for (size_t i = 0; i < n; ++i) {
     const int32_t slot = slots[i];
     if (slot < 0 || static_cast<uint64_t>(slot) >= capacity_) continue;

@@ -38,12 +38,14 @@
 // Memory: about 64-96 bytes per slot (32 bytes of per-slot metadata, 2-4 hash entries of 16).
 //
 // Thread-safety: none. One planner thread owns a RowCache; it must not be shared without
-// external locking.
+// external locking. ShardedRowCache (sharded_row_cache.h) plans several RowCaches, one per shard,
+// on a pool of threads.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "common/status.h"
@@ -66,7 +68,9 @@ struct RowCacheStats {
   uint64_t evictions = 0;
 };
 
-class RowCache {
+// Cache-line aligned, so that RowCaches planned on different threads (the shards of a
+// ShardedRowCache) never share a line: stats_ is written for every key.
+class alignas(64) RowCache {
  public:
   // Returns the cache, empty, or InvalidArgument naming the bad field, e.g.
   // "RowCacheOptions.capacity_rows must be in [1, 2^31), got 0".
@@ -98,6 +102,19 @@ class RowCache {
   // an absent key may evict one extra unpinned row.
   Status Plan(int64_t step, const uint64_t* keys, size_t n, int32_t* slots, std::vector<uint64_t>* miss_keys,
               std::vector<int32_t>* miss_slots);
+
+  // Plan in two phases, for a caller that must make the plans of several caches all-or-nothing
+  // (ShardedRowCache). PreparePlan takes Plan's arguments, runs all of Plan's checks -- including,
+  // when the call might not fit, the lookup and the exact count -- and returns the error Plan would
+  // return, changing nothing the cache means (slots[] and the miss vectors may be written). On OK
+  // the plan is pending: CommitPlan() completes it exactly as Plan would have, and cannot fail;
+  // Plan itself is PreparePlan then CommitPlan. A pending plan that is not wanted is simply dropped:
+  // the next PreparePlan or Plan replaces it, and Invalidate cancels it. The arguments must stay
+  // valid, and the cache otherwise untouched, until CommitPlan returns. CommitPlan with no pending
+  // plan is a programmer error (OSPREY_CHECK).
+  Status PreparePlan(int64_t step, const uint64_t* keys, size_t n, int32_t* slots, std::vector<uint64_t>* miss_keys,
+                     std::vector<int32_t>* miss_slots);
+  void CommitPlan();
 
   // The pull of these slots failed (or their rows are otherwise garbage): forgets the keys they
   // hold, so that the slots become free and the keys miss when next planned. Slots that are out of
@@ -143,6 +160,21 @@ class RowCache {
   template <typename T>
   static HugeArray<T> AllocateHuge(size_t n, const T& fill);  // throws std::bad_alloc
 
+  // Whole cache lines for a small vector written on every key (uses_): malloc could otherwise put
+  // another thread's hot data, e.g. another shard's uses_, in the same line.
+  template <typename T>
+  struct LineAllocator {
+    using value_type = T;
+    LineAllocator() = default;
+    template <typename U>
+    LineAllocator(const LineAllocator<U>&) {}
+    static size_t Bytes(size_t n) { return (n * sizeof(T) + 63) / 64 * 64; }
+    T* allocate(size_t n) { return static_cast<T*>(::operator new(Bytes(n), std::align_val_t{64})); }
+    void deallocate(T* p, size_t n) { ::operator delete(p, Bytes(n), std::align_val_t{64}); }
+    bool operator==(const LineAllocator&) const { return true; }
+    bool operator!=(const LineAllocator&) const { return false; }
+  };
+
   explicit RowCache(const RowCacheOptions& options);
 
   size_t Home(uint64_t key) const;
@@ -182,13 +214,26 @@ class RowCache {
   HugeArray<Entry> table_;        // [mask_ + 1], a power of two >= 2 * capacity
   int shift_ = 0;                 // 64 - log2(table size)
   size_t mask_ = 0;
-  std::vector<StepUses> uses_;    // ascending steps, only steps that may still pin
+  std::vector<StepUses, LineAllocator<StepUses>> uses_;  // ascending steps, only steps that may still pin
   uint64_t hand_ = 0;
   // Plan's scratch, kept to reuse its memory: positions of the absent keys, the slots taken for
   // them, the keys evicted from those slots.
   std::vector<size_t> absent_;
   std::vector<int32_t> acquired_;
   std::vector<uint64_t> evicted_;
+  // The plan PreparePlan accepted, for CommitPlan. looked_up: slots[] and absent_ already hold the
+  // lookup (the call might not have fit, so it was counted first).
+  struct PendingPlan {
+    bool valid = false;
+    bool looked_up = false;
+    int64_t step = 0;
+    const uint64_t* keys = nullptr;
+    size_t n = 0;
+    int32_t* slots = nullptr;
+    std::vector<uint64_t>* miss_keys = nullptr;
+    std::vector<int32_t>* miss_slots = nullptr;
+  };
+  PendingPlan pending_;
   uint32_t epoch_ = 0;
   int64_t last_step_ = -1;
   RowCacheStats stats_;
