@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 
+#include "tests/gpu_dlrm/bf16_reference.h"
 #include "worker/data/random.h"
 
 namespace osprey::cuda::testing {
@@ -150,7 +151,7 @@ bool MakeProblem(const models::DlrmConfig& config, int batch_size, const Problem
   for (p->rounds = 0;; ++p->rounds) {
     BuildRows(options.seed, p);
     if (options.kink_margin <= 0) return true;
-    const std::vector<double> margins = KinkMargins(*p);
+    const std::vector<double> margins = options.bf16_margins ? Bf16KinkMargins(*p) : KinkMargins(*p);
     int redrawn = 0;
     for (int b = 0; b < batch_size; ++b) {
       if (margins[b] >= options.kink_margin) continue;

@@ -36,6 +36,8 @@ struct ProblemOptions {
   uint64_t seed = 1;
   uint64_t id_range = 1000;   // ids of each feature drawn from [0, id_range): small -> rows shared
   double kink_margin = 1e-4;  // see above; 0 turns the redrawing off
+  bool bf16_margins = false;  // measure the margins on the bf16-operand pass of GpuDlrm's bf16
+                              // mode (Bf16KinkMargins, bf16_reference.h) instead of the exact one
   int max_rounds = 100;       // redraw rounds before giving up
 };
 

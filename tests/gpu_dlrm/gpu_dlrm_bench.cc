@@ -1,8 +1,8 @@
 // osprey-bench-gpu-dlrm: GpuDlrm::ForwardBackward on the Criteo Kaggle DLRM shape (13 dense,
 // 26 sparse, d 16, bottom 13-512-256-64-16, top 367-512-256-1), inputs already on the device,
-// timed with CUDA events (median of --reps after --warmup), tf32 and fp32. Per case it also prints
-// the host path (ForwardBackwardHost: copies in, compute, copies out) and, as the baseline, the CPU
-// model on one thread on the same batch.
+// timed with CUDA events (median of --reps after --warmup), for each MLP precision (tf32, bf16,
+// fp32). Per case it also prints the host path (ForwardBackwardHost: copies in, compute, copies
+// out) and, as the baseline, the CPU model on one thread on the same batch.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -70,10 +70,10 @@ struct Options {
   int device = 0;
 };
 
-// Times one (batch, mode) case and prints its row. Returns false on any error.
-bool RunCase(const testing::Problem& p, bool tf32, const Options& opt, double cpu_ms) {
+// Times one (batch, precision) case and prints its row. Returns false on any error.
+bool RunCase(const testing::Problem& p, MlpPrecision precision, const Options& opt, double cpu_ms) {
   GpuDlrmOptions options;
-  options.tf32 = tf32;
+  options.precision = precision;
   auto made = GpuDlrm::Make(p.config, opt.device, p.batch.size, options);
   if (!made.ok()) {
     std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
@@ -130,7 +130,7 @@ bool RunCase(const testing::Problem& p, bool tf32, const Options& opt, double cp
   const double med = Median(ms), best = *std::min_element(ms.begin(), ms.end());
   const double samples = p.batch.size;
   std::printf("%7d  %-4s  %9.3f  %8.3f  %12.0f  %8.1f  %12.3f  %10.1f  %12.0f  %8.1fx\n", p.batch.size,
-              tf32 ? "tf32" : "fp32", med, best, samples / (med * 1e-3),
+              MlpPrecisionName(precision), med, best, samples / (med * 1e-3),
               FlopsPerSample(p.config) * samples / (med * 1e-3) * 1e-12, Median(host_ms), cpu_ms,
               cpu_ms > 0 ? samples / (cpu_ms * 1e-3) : 0.0, cpu_ms > 0 ? cpu_ms / med : 0.0);
   std::printf("         loss %.6f, host path %.6f\n", static_cast<double>(d_loss), static_cast<double>(h_loss));
@@ -179,8 +179,8 @@ int Run(const Options& opt) {
       return 1;
     }
     const double cpu_ms = CpuMs(p, opt.cpu_reps);
-    for (bool tf32 : {true, false}) {
-      if (!RunCase(p, tf32, opt, cpu_ms)) return 1;
+    for (MlpPrecision precision : {MlpPrecision::kTf32, MlpPrecision::kBf16, MlpPrecision::kFp32}) {
+      if (!RunCase(p, precision, opt, cpu_ms)) return 1;
     }
   }
   return 0;

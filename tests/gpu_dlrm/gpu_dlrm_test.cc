@@ -1,6 +1,8 @@
 // GpuDlrm against the CPU model models::Dlrm on fresh random problems: probs, loss, every layer's
 // W and b gradient, and the row gradients.
 //
+// (bf16 mode: gpu_dlrm_bf16_test.cc.)
+//
 // Tolerances. With tf32 off both sides compute in fp32 and differ only in summation order (cuBLAS
 // blocking, fused multiply-adds, atomics for rows used several times), which moves a result by a
 // few ulps times sqrt(terms): ~1e-6 relative. We require, per element, |gpu - cpu| <= 1e-4 |cpu| +
@@ -43,25 +45,8 @@ models::DlrmConfig Config(int num_dense, int num_sparse, int d, std::vector<int>
 models::DlrmConfig KaggleConfig() { return Config(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1}); }
 
 std::unique_ptr<GpuDlrm> MakeGpu(const models::DlrmConfig& config, int max_batch, bool tf32) {
-  GpuDlrmOptions options;
-  options.tf32 = tf32;
-  auto made = GpuDlrm::Make(config, 0, max_batch, options);
-  EXPECT_TRUE(made.ok()) << made.status().ToString();
-  return made.ok() ? std::move(made).value() : nullptr;
+  return testing::MakeGpuOrFail(config, max_batch, tf32 ? MlpPrecision::kTf32 : MlpPrecision::kFp32);
 }
-
-// A non-blocking stream of the test's own, so nothing relies on the legacy default stream.
-class Stream {
- public:
-  Stream() { EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess); }
-  ~Stream() {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 void CompareOnFreshData(GpuDlrm* gpu, const models::DlrmConfig& config, int batch, const ProblemOptions& options,
                         const Tolerance& tol) {
@@ -71,17 +56,13 @@ void CompareOnFreshData(GpuDlrm* gpu, const models::DlrmConfig& config, int batc
   const Problem p = testing::MakeProblemOrFail(config, batch, options);
   ASSERT_EQ(p.batch.size, batch);
   const testing::Outputs cpu = testing::RunCpu(p);
-  Stream stream;
+  testing::Stream stream;
   const testing::Outputs out = testing::RunGpu(gpu, p, stream.get());
   testing::ExpectMatchesCpu(p, out, cpu, tol);
 }
 
 ProblemOptions Options(uint64_t seed, double kink_margin, uint64_t id_range = 1000) {
-  ProblemOptions o;
-  o.seed = seed;
-  o.kink_margin = kink_margin;
-  o.id_range = id_range;
-  return o;
+  return testing::MakeOptions(seed, kink_margin, id_range);
 }
 
 TEST(GpuDlrmTest, MatchesCpuOnDefaultConfig) {
@@ -132,7 +113,7 @@ TEST(GpuDlrmTest, DuplicateRowsSumTheirGradients) {
   EXPECT_LE(p.keys.size(), 52u);
   auto gpu = MakeGpu(config, 2048, /*tf32=*/false);
   ASSERT_NE(gpu, nullptr);
-  Stream stream;
+  testing::Stream stream;
   testing::ExpectMatchesCpu(p, testing::RunGpu(gpu.get(), p, stream.get()), testing::RunCpu(p), kFp32Tolerance);
 }
 
@@ -160,7 +141,7 @@ TEST(GpuDlrmTest, Tf32MatchesCpuOnCriteoKaggleShape) {
 
   const Problem p = testing::MakeProblemOrFail(KaggleConfig(), 512, Options(24, /*kink_margin=*/0));
   const testing::Outputs cpu = testing::RunCpu(p);
-  Stream stream;
+  testing::Stream stream;
   const testing::Outputs out = testing::RunGpu(gpu.get(), p, stream.get());
   testing::ExpectClose(out.probs, 0, cpu.probs, cpu.probs.size(), kTf32Tolerance, "probs");
   testing::ExpectClose(out.predicted, 0, cpu.probs, cpu.probs.size(), kTf32Tolerance, "Predict probs");
@@ -174,7 +155,7 @@ TEST(GpuDlrmTest, DenseResultsAreReproducible) {
   const Problem p = testing::MakeProblemOrFail(config, 1000, Options(31, 0));
   auto gpu = MakeGpu(config, 1000, /*tf32=*/true);
   ASSERT_NE(gpu, nullptr);
-  Stream stream;
+  testing::Stream stream;
   const testing::Outputs a = testing::RunGpu(gpu.get(), p, stream.get());
   const testing::Outputs b = testing::RunGpu(gpu.get(), p, stream.get());
   EXPECT_TRUE(a.dense_grad == b.dense_grad);

@@ -1,6 +1,6 @@
-// Helpers of the GpuDlrm tests: skip without a device, run a Problem through the CPU model and
-// through GpuDlrm's device API (outputs poisoned with NaN first, so an element the GPU never
-// writes fails), and compare the two.
+// Helpers of the GpuDlrm tests: skip without a device, run a Problem through the CPU model (or the
+// bf16 reference) and through GpuDlrm's device API (outputs poisoned with NaN first, so an
+// element the GPU never writes fails), and compare the two.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "tests/gpu_dlrm/bf16_reference.h"
 #include "tests/gpu_dlrm/dlrm_problem.h"
 #include "worker/cuda/codec_kernels.h"
 #include "worker/cuda/dlrm/gpu_dlrm.h"
@@ -36,6 +39,39 @@ inline Problem MakeProblemOrFail(const models::DlrmConfig& config, int batch, co
   return p;
 }
 
+inline ProblemOptions MakeOptions(uint64_t seed, double kink_margin, uint64_t id_range = 1000) {
+  ProblemOptions o;
+  o.seed = seed;
+  o.kink_margin = kink_margin;
+  o.id_range = id_range;
+  return o;
+}
+
+// GpuDlrm on device 0 with max_batch and `precision`; null (and a test failure) when Make fails.
+inline std::unique_ptr<GpuDlrm> MakeGpuOrFail(const models::DlrmConfig& config, int max_batch,
+                                              MlpPrecision precision) {
+  GpuDlrmOptions options;
+  options.precision = precision;
+  auto made = GpuDlrm::Make(config, 0, max_batch, options);
+  EXPECT_TRUE(made.ok()) << made.status().ToString();
+  return made.ok() ? std::move(made).value() : nullptr;
+}
+
+// A non-blocking stream of the test's own, so nothing relies on the legacy default stream.
+class Stream {
+ public:
+  Stream() { EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess); }
+  ~Stream() {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 inline Outputs RunCpu(const Problem& p) {
   Outputs out;
   auto model = models::Dlrm::Make(p.config);
@@ -46,6 +82,18 @@ inline Outputs RunCpu(const Problem& p) {
   out.probs.assign(p.batch.size, 0.0f);
   out.loss = (*model)->ForwardBackward(p.params.data(), p.rows.data(), p.num_rows(), p.row_index.data(), p.batch,
                                        out.dense_grad.data(), out.row_grad.data(), out.probs.data());
+  return out;
+}
+
+// The CPU reference of the bf16 mode (bf16_reference.h) as Outputs; `predicted` repeats probs.
+inline Outputs RunBf16Reference(const Problem& p, bool bf16_operands = true) {
+  ReferenceOutputs r = Bf16Reference(p, bf16_operands);
+  Outputs out;
+  out.dense_grad = std::move(r.dense_grad);
+  out.row_grad = std::move(r.row_grad);
+  out.probs = std::move(r.probs);
+  out.loss = r.loss;
+  out.predicted = out.probs;
   return out;
 }
 
@@ -77,8 +125,8 @@ inline std::vector<float> DownloadFloats(const DeviceBuffer& buf, size_t n) {
   return v;
 }
 
-// ForwardBackward then Predict through the device API on `stream`.
-inline Outputs RunGpu(GpuDlrm* model, const Problem& p, cudaStream_t stream) {
+// ForwardBackward (with `hooks`) then Predict through the device API on `stream`.
+inline Outputs RunGpu(GpuDlrm* model, const Problem& p, cudaStream_t stream, const BackwardHooks* hooks = nullptr) {
   Outputs out;
   const size_t n = static_cast<size_t>(p.batch.size);
   DeviceBuffer params = UploadVector(p.params), rows = UploadVector(p.rows), index = UploadVector(p.row_index);
@@ -88,7 +136,7 @@ inline Outputs RunGpu(GpuDlrm* model, const Problem& p, cudaStream_t stream) {
   const Status st = model->ForwardBackward(params.as<float>(), rows.as<float>(), p.num_rows(), index.as<int32_t>(),
                                            dense.as<float>(), labels.as<float>(), p.batch.size,
                                            dense_grad.as<float>(), row_grad.as<float>(), probs.as<float>(),
-                                           loss.as<float>(), stream);
+                                           loss.as<float>(), stream, hooks);
   EXPECT_TRUE(st.ok()) << st.ToString();
   const Status pst = model->Predict(params.as<float>(), rows.as<float>(), p.num_rows(), index.as<int32_t>(),
                                     dense.as<float>(), p.batch.size, predicted.as<float>(), stream);

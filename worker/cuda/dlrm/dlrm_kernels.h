@@ -1,8 +1,10 @@
 // Private to worker/cuda/dlrm: the launchers of GpuDlrm's own kernels (the matrix products go
 // through cuBLAS in dlrm_passes.cc). Every launcher only enqueues on `stream` and returns launch
-// errors; all pointers are device memory. Matrices are row-major, sample-major.
+// errors; all pointers are device memory. Matrices are row-major, sample-major. Every conversion
+// to bf16 rounds to nearest, ties to even.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -12,11 +14,19 @@
 
 namespace osprey::cuda::dlrm {
 
-// y[n x out] = y + b (broadcast over rows), then ReLU when `relu`.
-Status BiasActivation(float* y, const float* bias, int n, int out, bool relu, cudaStream_t stream);
+// y[n x out] = y + b (broadcast over rows), then ReLU when `relu`. When y_bf16 is not null, also
+// writes the result as bf16 there ([n x out], the next layer's product operand in bf16 mode).
+Status BiasActivation(float* y, const float* bias, int n, int out, bool relu, __nv_bfloat16* y_bf16,
+                      cudaStream_t stream);
 
-// g[i] = y[i] > 0 ? g[i] : 0 for i < count (the ReLU backward, y the layer's ReLU output).
-Status ReluGrad(float* g, const float* y, size_t count, cudaStream_t stream);
+// g[i] = y[i] > 0 ? g[i] : 0 for i < count (the ReLU backward, y the layer's ReLU output). When
+// g_bf16 is not null, also writes the masked g as bf16 there.
+Status ReluGrad(float* g, const float* y, size_t count, __nv_bfloat16* g_bf16, cudaStream_t stream);
+
+// dst[r * dst_ld + c] = bf16(src[r * src_ld + c]) for r < rows, c < cols; nothing else is read or
+// written (padding columns stay as they are).
+Status CastToBf16(const float* src, int src_ld, int rows, int cols, __nv_bfloat16* dst, int dst_ld,
+                  cudaStream_t stream);
 
 // For n logits and 0/1 labels: probs = sigmoid(logit), logit_grad = (p - y) / n, and *loss = mean
 // of softplus(l) - y * l, summed in double in a fixed order (one block), as models::LogitLossAndGrad.

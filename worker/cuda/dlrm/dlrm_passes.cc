@@ -10,6 +10,12 @@
 //   input grad   dX [n x in]  = G * W^T                  ->  gemm(T, N, in, n, out;  W, G  -> dX)
 //   bias grad    db [out]     = G^T * 1                  ->  gemv(N, out x n;        G, 1  -> db)
 // All products overwrite (beta = 0): each layer's slice of dense_grad is written exactly once.
+//
+// bf16 mode: the three gemms read bf16 copies of W, X and G (fp32 accumulation and output); the
+// gemv, and everything outside the products, stays fp32. The copies are made where the fp32 value
+// is produced: W once per call (Forward), each layer's output by its bias + ReLU kernel, G by the
+// ReLU backward mask; only the two MLP inputs (dense features, interaction output) and the
+// gradient of the linear last layer need a cast of their own.
 #include <utility>
 
 #include "worker/cuda/dlrm/gpu_dlrm_impl.h"
@@ -19,6 +25,15 @@ namespace {
 
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
+
+// Layer l's output as the operand of layer l + 1's products.
+Operand LayerOutput(const GpuDlrm::Impl::MlpActs& acts, const DenseLayer& layer, size_t l) {
+  return Operand{acts.f32[l].as<float>(), layer.out, acts.bf16[l].as<__nv_bfloat16>(), layer.out};
+}
+
+void NotifyDense(const BackwardHooks* hooks, size_t from) {
+  if (hooks != nullptr && hooks->dense_ready) hooks->dense_ready(from);
+}
 
 }  // namespace
 
@@ -34,56 +49,85 @@ dlrm::InteractionShape GpuDlrm::Impl::ShapeFor(size_t num_rows) const {
   return s;
 }
 
-Status GpuDlrm::Impl::MlpForward(const std::vector<DenseLayer>& layers, const float* params, const float* input,
-                                 int input_ld, int n, std::vector<DeviceBuffer>* acts, cudaStream_t stream) {
-  const float* x = input;
-  int x_ld = input_ld;
+Operand GpuDlrm::Impl::Weights(const float* params, const DenseLayer& layer) const {
+  const __nv_bfloat16* bf16 = buffers.params_bf16.as<__nv_bfloat16>();
+  return Operand{params + layer.weight, layer.out, bf16 != nullptr ? bf16 + layer.weight : nullptr, layer.out};
+}
+
+Operand GpuDlrm::Impl::DenseInput(const float* dense) const {
+  return Operand{dense, config.num_dense, buffers.dense_bf16.as<__nv_bfloat16>(), Bf16Ld(config.num_dense)};
+}
+
+Operand GpuDlrm::Impl::TopInput() const {
+  return Operand{buffers.top_input.as<float>(), top_ld, buffers.top_input_bf16.as<__nv_bfloat16>(), Bf16Ld(top_in)};
+}
+
+Status GpuDlrm::Impl::Gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const Operand& a,
+                           const Operand& b, float* c, int ldc) {
+  if (bf16()) {
+    OSPREY_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(blas, op_a, op_b, m, n, k, &kOne, a.bf16, CUDA_R_16BF, a.bf16_ld,
+                                               b.bf16, CUDA_R_16BF, b.bf16_ld, &kZero, c, CUDA_R_32F, ldc,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    OSPREY_CUBLAS_RETURN_IF_ERROR(
+        cublasSgemm(blas, op_a, op_b, m, n, k, &kOne, a.f32, a.ld, b.f32, b.ld, &kZero, c, ldc));
+  }
+  return Status::OK();
+}
+
+Status GpuDlrm::Impl::MlpForward(const std::vector<DenseLayer>& layers, const float* params, Operand input, int n,
+                                 MlpActs* acts, cudaStream_t stream) {
+  Operand x = input;
   for (size_t l = 0; l < layers.size(); ++l) {
     const DenseLayer& layer = layers[l];
-    float* y = (*acts)[l].as<float>();
+    float* y = acts->f32[l].as<float>();
     if (layer.in == 0) {
       // No inputs (num_dense == 0): the layer's output is its bias. cuBLAS rejects ld = 0.
       OSPREY_CUDA_RETURN_IF_ERROR(
           cudaMemsetAsync(y, 0, sizeof(float) * static_cast<size_t>(n) * static_cast<size_t>(layer.out), stream));
     } else {
-      OSPREY_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, layer.out, n, layer.in, &kOne,
-                                                params + layer.weight, layer.out, x, x_ld, &kZero, y, layer.out));
+      OSPREY_RETURN_IF_ERROR(Gemm(CUBLAS_OP_N, CUBLAS_OP_N, layer.out, n, layer.in, Weights(params, layer), x, y,
+                                  layer.out));
     }
-    OSPREY_RETURN_IF_ERROR(dlrm::BiasActivation(y, params + layer.bias, n, layer.out, layer.relu, stream));
-    x = y;
-    x_ld = layer.out;
+    OSPREY_RETURN_IF_ERROR(dlrm::BiasActivation(y, params + layer.bias, n, layer.out, layer.relu,
+                                                acts->bf16[l].as<__nv_bfloat16>(), stream));
+    x = LayerOutput(*acts, layer, l);
   }
   return Status::OK();
 }
 
-Status GpuDlrm::Impl::MlpBackward(const std::vector<DenseLayer>& layers, const float* params, const float* input,
-                                  int input_ld, int n, const std::vector<DeviceBuffer>& acts, float* grad,
-                                  float* spare, float* dense_grad, float* input_grad, int input_grad_ld,
+Status GpuDlrm::Impl::MlpBackward(const std::vector<DenseLayer>& layers, const float* params, Operand input, int n,
+                                  const MlpActs& acts, float* grad, float* spare, float* dense_grad,
+                                  float* input_grad, int input_grad_ld, const BackwardHooks* hooks,
                                   cudaStream_t stream) {
   // `g` holds d loss / d(output of layer l), masked in place into d loss / d(pre-activation).
   float* g = grad;
   float* next = spare;
+  __nv_bfloat16* g_bf16 = buffers.grad_bf16.as<__nv_bfloat16>();  // null unless bf16 mode
   const float* ones = buffers.ones.as<float>();
   for (size_t l = layers.size(); l-- > 0;) {
     const DenseLayer& layer = layers[l];
     if (layer.relu) {
-      OSPREY_RETURN_IF_ERROR(
-          dlrm::ReluGrad(g, acts[l].as<float>(), static_cast<size_t>(n) * static_cast<size_t>(layer.out), stream));
+      OSPREY_RETURN_IF_ERROR(dlrm::ReluGrad(g, acts.f32[l].as<float>(),
+                                            static_cast<size_t>(n) * static_cast<size_t>(layer.out), g_bf16, stream));
+    } else if (g_bf16 != nullptr) {
+      OSPREY_RETURN_IF_ERROR(dlrm::CastToBf16(g, layer.out, n, layer.out, g_bf16, layer.out, stream));
     }
-    const float* x = l > 0 ? acts[l - 1].as<float>() : input;
-    const int x_ld = l > 0 ? layers[l - 1].out : input_ld;
+    const Operand g_op{g, layer.out, g_bf16, layer.out};
+    const Operand x = l > 0 ? LayerOutput(acts, layers[l - 1], l - 1) : input;
     if (layer.in > 0) {
-      OSPREY_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, layer.out, layer.in, n, &kOne, g,
-                                                layer.out, x, x_ld, &kZero, dense_grad + layer.weight, layer.out));
+      OSPREY_RETURN_IF_ERROR(
+          Gemm(CUBLAS_OP_N, CUBLAS_OP_T, layer.out, layer.in, n, g_op, x, dense_grad + layer.weight, layer.out));
     }
     OSPREY_CUBLAS_RETURN_IF_ERROR(cublasSgemv(blas, CUBLAS_OP_N, layer.out, n, &kOne, g, layer.out, ones, 1, &kZero,
                                               dense_grad + layer.bias, 1));
+    NotifyDense(hooks, layer.weight);
     if (l == 0 && input_grad == nullptr) break;
     float* dst = l > 0 ? next : input_grad;
     const int dst_ld = l > 0 ? layer.in : input_grad_ld;
     if (layer.in > 0) {
-      OSPREY_CUBLAS_RETURN_IF_ERROR(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, layer.in, n, layer.out, &kOne,
-                                                params + layer.weight, layer.out, g, layer.out, &kZero, dst, dst_ld));
+      OSPREY_RETURN_IF_ERROR(
+          Gemm(CUBLAS_OP_T, CUBLAS_OP_N, layer.in, n, layer.out, Weights(params, layer), g_op, dst, dst_ld));
     }
     if (l > 0) std::swap(g, next);
   }
@@ -92,28 +136,44 @@ Status GpuDlrm::Impl::MlpBackward(const std::vector<DenseLayer>& layers, const f
 
 Status GpuDlrm::Impl::Forward(const float* params, const float* rows, size_t num_rows, const int32_t* row_index,
                               const float* dense, int n, cudaStream_t stream) {
-  OSPREY_RETURN_IF_ERROR(MlpForward(bottom, params, dense, config.num_dense, n, &buffers.bottom_acts, stream));
-  OSPREY_RETURN_IF_ERROR(dlrm::InteractionForward(ShapeFor(num_rows), n, buffers.bottom_acts.back().as<float>(), rows,
-                                                  row_index, buffers.top_input.as<float>(), stream));
-  return MlpForward(top, params, buffers.top_input.as<float>(), top_ld, n, &buffers.top_acts, stream);
+  const int num_dense = config.num_dense;
+  if (bf16()) {
+    // The whole vector in one launch: the biases ride along (unused) rather than costing a launch
+    // per layer. num_params < 2^31 (ValidateDlrmConfig).
+    const int count = static_cast<int>(num_params);
+    OSPREY_RETURN_IF_ERROR(
+        dlrm::CastToBf16(params, count, 1, count, buffers.params_bf16.as<__nv_bfloat16>(), count, stream));
+    OSPREY_RETURN_IF_ERROR(dlrm::CastToBf16(dense, num_dense, n, num_dense, buffers.dense_bf16.as<__nv_bfloat16>(),
+                                            Bf16Ld(num_dense), stream));
+  }
+  OSPREY_RETURN_IF_ERROR(MlpForward(bottom, params, DenseInput(dense), n, &buffers.bottom_acts, stream));
+  OSPREY_RETURN_IF_ERROR(dlrm::InteractionForward(ShapeFor(num_rows), n, buffers.bottom_acts.f32.back().as<float>(),
+                                                  rows, row_index, buffers.top_input.as<float>(), stream));
+  if (bf16()) {
+    OSPREY_RETURN_IF_ERROR(dlrm::CastToBf16(buffers.top_input.as<float>(), top_ld, n, top_in,
+                                            buffers.top_input_bf16.as<__nv_bfloat16>(), Bf16Ld(top_in), stream));
+  }
+  return MlpForward(top, params, TopInput(), n, &buffers.top_acts, stream);
 }
 
 Status GpuDlrm::Impl::ForwardBackward(const float* params, const float* rows, size_t num_rows,
                                       const int32_t* row_index, const float* dense, const float* labels, int n,
                                       float* dense_grad, float* row_grad, float* probs, float* loss,
-                                      cudaStream_t stream) {
+                                      const BackwardHooks* hooks, cudaStream_t stream) {
   OSPREY_RETURN_IF_ERROR(Forward(params, rows, num_rows, row_index, dense, n, stream));
   float* grad = buffers.grad_a.as<float>();
   float* spare = buffers.grad_b.as<float>();
   float* top_grad = buffers.top_grad.as<float>();
-  OSPREY_RETURN_IF_ERROR(dlrm::LogitLoss(buffers.top_acts.back().as<float>(), labels, n, probs, grad, loss, stream));
-  OSPREY_RETURN_IF_ERROR(MlpBackward(top, params, buffers.top_input.as<float>(), top_ld, n, buffers.top_acts, grad,
-                                     spare, dense_grad, top_grad, top_ld, stream));
+  OSPREY_RETURN_IF_ERROR(
+      dlrm::LogitLoss(buffers.top_acts.f32.back().as<float>(), labels, n, probs, grad, loss, stream));
+  OSPREY_RETURN_IF_ERROR(MlpBackward(top, params, TopInput(), n, buffers.top_acts, grad, spare, dense_grad, top_grad,
+                                     top_ld, hooks, stream));
   // d loss / d z_0 lands in `grad` [n x d]: the bottom MLP's output gradient.
-  OSPREY_RETURN_IF_ERROR(dlrm::InteractionBackward(ShapeFor(num_rows), n, buffers.bottom_acts.back().as<float>(),
+  OSPREY_RETURN_IF_ERROR(dlrm::InteractionBackward(ShapeFor(num_rows), n, buffers.bottom_acts.f32.back().as<float>(),
                                                    rows, row_index, top_grad, grad, row_grad, stream));
-  return MlpBackward(bottom, params, dense, config.num_dense, n, buffers.bottom_acts, grad, spare, dense_grad,
-                     /*input_grad=*/nullptr, 0, stream);
+  if (hooks != nullptr && hooks->rows_ready) hooks->rows_ready();
+  return MlpBackward(bottom, params, DenseInput(dense), n, buffers.bottom_acts, grad, spare, dense_grad,
+                     /*input_grad=*/nullptr, 0, hooks, stream);
 }
 
 }  // namespace osprey::cuda

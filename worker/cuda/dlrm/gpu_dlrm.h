@@ -8,9 +8,12 @@
 // every gradient is that of the MEAN loss, a row used several times getting the sum of its uses.
 // Parameters come from the caller (no InitDense here: use models::Dlrm::InitDense on the host).
 //
-// Compute: MLP layers through cuBLAS sgemm (tf32 option below) with fused bias + ReLU kernels;
-// embedding gather, dot interaction and its backward fused in one kernel each (one sample per
-// block, the sample's vectors in shared memory), row gradients scatter-added with atomics.
+// Compute: MLP layers through cuBLAS with fused bias + ReLU kernels, in one of three precisions
+// (MlpPrecision: fp32, tf32 tensor cores, or bf16 operands with fp32 accumulation; the parameters
+// and every other tensor stay fp32); embedding gather, dot interaction and its backward fused in
+// one kernel each (one sample per block, the sample's vectors in shared memory), row gradients
+// scatter-added with atomics; interaction and loss are fp32 in every mode. BackwardHooks let a
+// caller start sending finished gradients while the rest of the backward pass runs.
 //
 // Conventions (as in worker/cuda/codec_kernels.h): pointers named d_* are device memory on this
 // object's device, borrowed for the call; work is enqueued on `stream` (a cudaStream_t passed as
@@ -27,7 +30,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "worker/data/batch.h"
@@ -35,13 +40,48 @@
 
 namespace osprey::cuda {
 
+// How the MLPs' matrix products (forward, weight gradient, input gradient) are computed. Only the
+// products' operands change: accumulation, bias, ReLU, bias gradients, interaction and loss are
+// fp32 in every mode, and the parameters the caller passes stay fp32 (the master weights).
+enum class MlpPrecision {
+  // cuBLAS sgemm, default math: agrees with the CPU model up to summation order (~1e-6 relative).
+  kFp32,
+  // sgemm on TF32 tensor cores (operands rounded to 10 mantissa bits, fp32 accumulation): several
+  // times faster than kFp32; agrees with the CPU model to ~1e-3 relative (a few 1e-3 through deep
+  // MLPs).
+  kTf32,
+  // cublasGemmEx with bf16 operands (8 significant bits) and fp32 accumulation: each call casts
+  // the weights to a bf16 copy once and keeps bf16 copies of every product's input activations
+  // and of the pre-activation gradients. Agrees with the CPU model to a few 1e-3 relative (default
+  // config: loss 1e-3, gradients up to ~5e-3 normwise), and to ~1e-4 with the CPU model whose
+  // product operands are rounded to bf16 (tests/gpu_dlrm/bf16_reference.h). Needs 2 more bytes
+  // of device memory per parameter and per activation. On the Criteo Kaggle shape it runs at
+  // about tf32's speed (H200): those MLPs are too small for the products to dominate.
+  kBf16,
+};
+
+// "fp32", "tf32" or "bf16" (as in the job config's worker.precision); InvalidArgument naming the
+// value and the choices otherwise.
+StatusOr<MlpPrecision> ParseMlpPrecision(const std::string& name);
+// The name ParseMlpPrecision accepts for `precision`.
+const char* MlpPrecisionName(MlpPrecision precision);
+
 struct GpuDlrmOptions {
-  // Matrix products on TF32 tensor cores (10-bit mantissa operands, fp32 accumulation): several
-  // times faster, results agree with the CPU model to ~1e-3 relative (a few 1e-3 through deep
-  // MLPs). false: plain fp32
-  // (cuBLAS default math), results agree with the CPU model up to summation order. (bf16
-  // operands are planned as a further option.)
-  bool tf32 = true;
+  MlpPrecision precision = MlpPrecision::kTf32;
+};
+
+// Observes the backward pass as ForwardBackward enqueues it, so a caller can start communicating
+// finished gradients while the rest of backward runs.
+struct BackwardHooks {
+  // Called on the calling thread, inside ForwardBackward, each time the gradients of the dense
+  // parameters [from, num_dense_params()) have all been enqueued on the stream; `from` strictly
+  // decreases from call to call and the last call has from == 0. (Layout: bottom layers then top
+  // layers, so the top MLP's gradients come first.) A caller records a cudaEvent on the stream
+  // in the hook to know when that range is complete on the device.
+  std::function<void(size_t from)> dense_ready;
+  // Called once, when d_row_grad has been completely enqueued (after the interaction backward,
+  // before the bottom MLP's backward).
+  std::function<void()> rows_ready;
 };
 
 class GpuDlrm {
@@ -52,7 +92,7 @@ class GpuDlrm {
   //   InvalidArgument     config fails models::ValidateDlrmConfig; max_batch < 1 or too large for
   //                       32-bit matrix dimensions; device outside [0, device count) (the message
   //                       names the count); num_sparse too large for the interaction kernel's
-  //                       shared memory on this device;
+  //                       shared memory on this device; options.precision not an MlpPrecision;
   //   FailedPrecondition  "no CUDA device" (no device visible or no usable driver); the device's
   //                       compute capability has no kernel image in this build;
   //   ResourceExhausted   device out of memory; Internal for other CUDA / cuBLAS errors.
@@ -90,9 +130,18 @@ class GpuDlrm {
   // Precondition (not checked on the device, as for the CPU model; models::CheckInputs on the host
   // data verifies it): every row_index entry is in [0, num_rows). An entry outside it does not
   // fault: it reads as a zero row and its gradient is dropped.
+  // `hooks` (borrowed for the call; null or empty functions: none) are called as BackwardHooks
+  // says: for each top layer, last to first, dense_ready(that layer's weight offset) once its W
+  // and b gradients are enqueued; then rows_ready(); then the same for each bottom layer, the
+  // last call being dense_ready(0). For batch == 0: rows_ready() then dense_ready(0), after the
+  // zeroing is enqueued. A hook may enqueue work on `stream` (an event record, a stream wait) but
+  // must not call this object; time spent in it delays the enqueueing of the rest of the pass, so
+  // it should hand slow work to another thread. When the call returns an error, the hooks may have
+  // been called for only part of the gradients.
   Status ForwardBackward(const float* d_dense_params, const float* d_rows, size_t num_rows,
                          const int32_t* d_row_index, const float* d_dense_features, const float* d_labels, int batch,
-                         float* d_dense_grad, float* d_row_grad, float* d_probs, float* d_loss, void* stream);
+                         float* d_dense_grad, float* d_row_grad, float* d_probs, float* d_loss, void* stream,
+                         const BackwardHooks* hooks = nullptr);
 
   // Forward pass only: writes d_probs [batch]. Same inputs, errors and preconditions.
   Status Predict(const float* d_dense_params, const float* d_rows, size_t num_rows, const int32_t* d_row_index,

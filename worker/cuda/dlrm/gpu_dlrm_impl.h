@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -72,16 +73,41 @@ struct DenseLayer {
   bool relu = false;
 };
 
+// A matrix operand of a product: its fp32 data and, in bf16 mode, its bf16 copy, each with its
+// own row stride (in elements). Only the one the mode uses need be set.
+struct Operand {
+  const float* f32 = nullptr;
+  int ld = 0;
+  const __nv_bfloat16* bf16 = nullptr;
+  int bf16_ld = 0;
+};
+
+// Rows of bf16 operands that a caller pads: a multiple of 8 elements keeps every row 16-byte
+// aligned, which cuBLAS's bf16 tensor-core kernels need (other strides work, more slowly).
+inline int Bf16Ld(int cols) { return (cols + 7) / 8 * 8; }
+
 struct GpuDlrm::Impl {
+  // One MLP's activations: per layer, its output [max_batch x out] and, in bf16 mode, the bf16
+  // copy of that output where it is the next layer's input (every layer but the last; the other
+  // entries are empty buffers, whose data() is null).
+  struct MlpActs {
+    std::vector<DeviceBuffer> f32;
+    std::vector<DeviceBuffer> bf16;
+  };
   // Device memory sized for max_batch samples at Make.
   struct Buffers {
-    DeviceBuffer pairs;                     // u32 [num_pairs], see dlrm::InteractionShape
-    std::vector<DeviceBuffer> bottom_acts;  // per bottom layer [max_batch x out]
-    std::vector<DeviceBuffer> top_acts;     // per top layer [max_batch x out]
-    DeviceBuffer top_input;                 // [max_batch x top_ld]
-    DeviceBuffer top_grad;                  // d loss / d top_input, [max_batch x top_ld]
-    DeviceBuffer grad_a, grad_b;            // ping-pong activation gradients [max_batch x widest]
-    DeviceBuffer ones;                      // [max_batch] of 1.0f: bias gradients as a gemv
+    DeviceBuffer pairs;           // u32 [num_pairs], see dlrm::InteractionShape
+    MlpActs bottom_acts;          // per bottom layer
+    MlpActs top_acts;             // per top layer
+    DeviceBuffer top_input;       // [max_batch x top_ld]
+    DeviceBuffer top_grad;        // d loss / d top_input, [max_batch x top_ld]
+    DeviceBuffer grad_a, grad_b;  // ping-pong activation gradients [max_batch x widest]
+    DeviceBuffer ones;            // [max_batch] of 1.0f: bias gradients as a gemv
+    // bf16 mode only (empty otherwise): the operands' bf16 copies.
+    DeviceBuffer params_bf16;     // [num_params]: the whole parameter vector (biases unused)
+    DeviceBuffer dense_bf16;      // [max_batch x Bf16Ld(num_dense)]: the bottom MLP's input
+    DeviceBuffer top_input_bf16;  // [max_batch x Bf16Ld(top_in)]: the top MLP's input
+    DeviceBuffer grad_bf16;       // [max_batch x widest]: the pre-activation gradient of one layer
   };
   // Grow-only device copies of the *Host conveniences' arguments and results.
   struct Staging {
@@ -92,24 +118,37 @@ struct GpuDlrm::Impl {
 
   // The passes (dlrm_passes.cc). Preconditions: arguments checked, device current, cuBLAS on
   // `stream`, 0 < n <= max_batch.
-  // Forward leaves every activation in `buffers`; the logits in buffers.top_acts.back().
+  // Forward leaves every activation in `buffers` (and, in bf16 mode, the bf16 copies of the
+  // parameters and of every product's input); the logits in buffers.top_acts.f32.back().
   Status Forward(const float* params, const float* rows, size_t num_rows, const int32_t* row_index,
                  const float* dense, int n, cudaStream_t stream);
-  // Forward, loss and backward; row_grad must already be zero.
+  // Forward, loss and backward, calling `hooks` (may be null) as GpuDlrm::ForwardBackward says;
+  // row_grad must already be zero.
   Status ForwardBackward(const float* params, const float* rows, size_t num_rows, const int32_t* row_index,
                          const float* dense, const float* labels, int n, float* dense_grad, float* row_grad,
-                         float* probs, float* loss, cudaStream_t stream);
-  // Runs `layers` on input [n x layers[0].in] (row stride input_ld); acts[l] receives layer l's
-  // output [n x out].
-  Status MlpForward(const std::vector<DenseLayer>& layers, const float* params, const float* input, int input_ld,
-                    int n, std::vector<DeviceBuffer>* acts, cudaStream_t stream);
+                         float* probs, float* loss, const BackwardHooks* hooks, cudaStream_t stream);
+  // Runs `layers` on input [n x layers[0].in]; acts receives each layer's output (and its bf16
+  // copy where acts has one).
+  Status MlpForward(const std::vector<DenseLayer>& layers, const float* params, Operand input, int n, MlpActs* acts,
+                    cudaStream_t stream);
   // Back-propagates d(output of the last layer), in `grad` (clobbered, as is `spare`, both
-  // [n x widest]) through `layers`: writes each layer's W and b gradient into dense_grad and, when
-  // input_grad is not null, d(input) there with row stride input_grad_ld.
-  Status MlpBackward(const std::vector<DenseLayer>& layers, const float* params, const float* input, int input_ld,
-                     int n, const std::vector<DeviceBuffer>& acts, float* grad, float* spare, float* dense_grad,
-                     float* input_grad, int input_grad_ld, cudaStream_t stream);
+  // [n x widest]) through `layers`: writes each layer's W and b gradient into dense_grad, calling
+  // hooks->dense_ready(layer.weight) once both are enqueued, and, when input_grad is not null,
+  // d(input) there with row stride input_grad_ld. `input` and `acts` as Forward left them.
+  Status MlpBackward(const std::vector<DenseLayer>& layers, const float* params, Operand input, int n,
+                     const MlpActs& acts, float* grad, float* spare, float* dense_grad, float* input_grad,
+                     int input_grad_ld, const BackwardHooks* hooks, cudaStream_t stream);
+  // C [m x n] (column-major, ldc) = op_a(A) * op_b(B): cublasSgemm on the fp32 operands, or in
+  // bf16 mode cublasGemmEx on their bf16 copies with fp32 accumulation and output.
+  Status Gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const Operand& a,
+              const Operand& b, float* c, int ldc);
+  // Layer `layer`'s W as the column-major W^T [out x in] of the products (dlrm_passes.cc).
+  Operand Weights(const float* params, const DenseLayer& layer) const;
+  // The two MLPs' inputs as operands: the caller's dense features, the interaction's output.
+  Operand DenseInput(const float* dense) const;
+  Operand TopInput() const;
   dlrm::InteractionShape ShapeFor(size_t num_rows) const;
+  bool bf16() const { return options.precision == MlpPrecision::kBf16; }
 
   models::DlrmConfig config;
   GpuDlrmOptions options;

@@ -1,5 +1,9 @@
 // Element-wise kernels of GpuDlrm's MLPs and loss: bias + ReLU after a cuBLAS product, the ReLU
-// backward mask, and the sigmoid / binary cross-entropy head.
+// backward mask, the bf16 casts of the bf16 mode, and the sigmoid / binary cross-entropy head.
+// The bf16 copies are written by the same pass that produces the fp32 value where there is one,
+// so bf16 mode costs an extra store, not an extra read of the activations.
+#include <string>
+
 #include "worker/cuda/cuda_check.cuh"
 #include "worker/cuda/dlrm/dlrm_kernels.h"
 
@@ -25,18 +29,35 @@ __device__ __forceinline__ float StableSigmoid(float logit) {
 }
 
 __global__ void BiasActivationKernel(float* __restrict__ y, const float* __restrict__ bias, size_t count, int out,
-                                     bool relu) {
+                                     bool relu, __nv_bfloat16* __restrict__ y_bf16) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float v = y[i] + bias[i % static_cast<size_t>(out)];
-    y[i] = relu ? fmaxf(v, 0.0f) : v;
+    float v = y[i] + bias[i % static_cast<size_t>(out)];
+    if (relu) v = fmaxf(v, 0.0f);
+    y[i] = v;
+    if (y_bf16 != nullptr) y_bf16[i] = __float2bfloat16_rn(v);
   }
 }
 
-__global__ void ReluGradKernel(float* __restrict__ g, const float* __restrict__ y, size_t count) {
+__global__ void ReluGradKernel(float* __restrict__ g, const float* __restrict__ y, size_t count,
+                               __nv_bfloat16* __restrict__ g_bf16) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    if (!(y[i] > 0.0f)) g[i] = 0.0f;
+    float v = g[i];
+    if (!(y[i] > 0.0f)) {
+      v = 0.0f;
+      g[i] = v;
+    }
+    if (g_bf16 != nullptr) g_bf16[i] = __float2bfloat16_rn(v);
+  }
+}
+
+__global__ void CastToBf16Kernel(const float* __restrict__ src, size_t src_ld, size_t cols, size_t count,
+                                 __nv_bfloat16* __restrict__ dst, size_t dst_ld) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / cols, c = i - r * cols;
+    dst[r * dst_ld + c] = __float2bfloat16_rn(src[r * src_ld + c]);
   }
 }
 
@@ -72,17 +93,33 @@ __global__ void SigmoidKernel(const float* __restrict__ logits, int n, float* __
 
 }  // namespace
 
-Status BiasActivation(float* y, const float* bias, int n, int out, bool relu, cudaStream_t stream) {
+Status BiasActivation(float* y, const float* bias, int n, int out, bool relu, __nv_bfloat16* y_bf16,
+                      cudaStream_t stream) {
   const size_t count = static_cast<size_t>(n) * static_cast<size_t>(out);
   if (count == 0) return Status::OK();
-  BiasActivationKernel<<<Blocks(count), kThreads, 0, stream>>>(y, bias, count, out, relu);
+  BiasActivationKernel<<<Blocks(count), kThreads, 0, stream>>>(y, bias, count, out, relu, y_bf16);
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::OK();
 }
 
-Status ReluGrad(float* g, const float* y, size_t count, cudaStream_t stream) {
+Status ReluGrad(float* g, const float* y, size_t count, __nv_bfloat16* g_bf16, cudaStream_t stream) {
   if (count == 0) return Status::OK();
-  ReluGradKernel<<<Blocks(count), kThreads, 0, stream>>>(g, y, count);
+  ReluGradKernel<<<Blocks(count), kThreads, 0, stream>>>(g, y, count, g_bf16);
+  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::OK();
+}
+
+Status CastToBf16(const float* src, int src_ld, int rows, int cols, __nv_bfloat16* dst, int dst_ld,
+                  cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || src_ld < cols || dst_ld < cols) {
+    return InvalidArgument("CastToBf16: bad shape " + std::to_string(rows) + " x " + std::to_string(cols) +
+                           " (src_ld " + std::to_string(src_ld) + ", dst_ld " + std::to_string(dst_ld) + ")");
+  }
+  const size_t count = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+  if (count == 0) return Status::OK();
+  CastToBf16Kernel<<<Blocks(count), kThreads, 0, stream>>>(src, static_cast<size_t>(src_ld),
+                                                            static_cast<size_t>(cols), count, dst,
+                                                            static_cast<size_t>(dst_ld));
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::OK();
 }
