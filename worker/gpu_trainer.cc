@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "worker/cache/row_cache.h"
+#include "common/placement.h"
+#include "worker/cache/sharded_row_cache.h"
 #include "worker/cuda/dlrm/gpu_dlrm.h"
 #include "worker/cuda/sparse/sparse_kernels.h"
 #include "worker/data/metrics.h"
@@ -176,7 +177,7 @@ class BatchReader {
   std::vector<std::thread> workers_;
 };
 
-// Everything one step needs on the device, prepared by the prefetch side. Two of them alternate.
+// Everything one step needs on the device, prepared by the prefetch side; ring_ of them rotate.
 struct StepInput {
   int64_t step = -1;
   int batch = 0;
@@ -197,16 +198,35 @@ struct StepInput {
   PinnedArray<int32_t> h_miss_slots;
   DeviceArray<float> d_miss_rows;
   DeviceArray<int32_t> d_miss_slots;
-  cudaEvent_t ready = nullptr;     // the pull stream reached the end of the step's preparation
+  cudaEvent_t pulled = nullptr;    // host group: the pull stream finished; the slice broadcast follows
+  cudaEvent_t ready = nullptr;     // the step's inputs are complete on the device
   cudaEvent_t gathered = nullptr;  // compute stream finished reading this step's cache slots
+  cudaEvent_t bcast_start = nullptr, bcast_end = nullptr;  // host group: the parameter all-gather
 };
 
-// Pull stages run on kPullers threads, step t on thread t % kPullers, so the pulls of
-// consecutive steps overlap.
-constexpr int kPullers = 2;
-// Steps in flight: the planner works on t+3 while the pullers work on t+1 and t+2 and the main
-// thread computes t. Also the cache's pinned_steps.
-constexpr int kRing = 2 + kPullers;
+// A contiguous range of the dense vector whose chunks one local rank owns (the root of its
+// reduce and of its broadcast).
+struct OwnedRange {
+  size_t first = 0, count = 0;
+  int root = 0;
+};
+
+// A dense gradient bucket: whole chunks of the dense table, [begin, end) in floats. Buckets are
+// numbered in the order backward finishes them: bucket 0 is the end of the vector (the top MLP).
+struct DenseBucket {
+  size_t begin = 0, end = 0;
+  std::vector<OwnedRange> ranges;                  // host group: the reduce, one op per range
+  std::vector<std::pair<size_t, size_t>> own;      // (first, count): copied to the host by this rank
+  std::vector<bool> push_servers;                  // servers pushed once this bucket is on the host
+  bool any_push = false;
+};
+
+// Pull stages run on pullers_n_ = worker.pull_threads threads (at most kMaxPullers), step t on
+// thread t % pullers_n_, so the pulls of consecutive steps overlap.
+constexpr int kMaxPullers = 8;
+// Steps in flight, ring_ = 2 + pullers_n_: with 2 pullers the planner works on t+3 while the
+// pullers work on t+1 and t+2 and the main thread computes t. Also the cache's pinned_steps.
+constexpr int kMaxRing = 2 + kMaxPullers;
 // Steps whose pushes may be unacknowledged while the next step pushes.
 constexpr int64_t kPushWindow = 2;
 
@@ -220,25 +240,33 @@ class GpuTrainer final : public TrainLoop {
     StopPrefetch();
     if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
     cudaSetDevice(device_);
-    if (plan_stream_) cudaStreamSynchronize(plan_stream_);
-    for (cudaStream_t p : pull_stream_) {
-      if (p) cudaStreamSynchronize(p);
+    for (cudaStream_t s : {plan_stream_, compute_stream_, comm_stream_}) {
+      if (s) cudaStreamSynchronize(s);
     }
-    if (compute_stream_) cudaStreamSynchronize(compute_stream_);
+    for (cudaStream_t s : pull_stream_) {
+      if (s) cudaStreamSynchronize(s);
+    }
     for (auto& in : inputs_) {
-      if (in.ready) cudaEventDestroy(in.ready);
-      if (in.gathered) cudaEventDestroy(in.gathered);
+      for (cudaEvent_t e : {in.pulled, in.ready, in.gathered, in.bcast_start, in.bcast_end}) {
+        if (e) cudaEventDestroy(e);
+      }
+    }
+    for (auto& per_step : stage_events_) {
+      for (StageEvents& e : per_step) {
+        for (cudaEvent_t x : {e.signaled, e.start, e.end, e.done}) {
+          if (x) cudaEventDestroy(x);
+        }
+      }
     }
 #ifdef OSPREY_HAVE_NCCL
     if (comm_) ncclCommDestroy(comm_);
 #endif
-    if (nccl_start_) cudaEventDestroy(nccl_start_);
-    if (nccl_end_) cudaEventDestroy(nccl_end_);
-    if (plan_stream_) cudaStreamDestroy(plan_stream_);
-    for (cudaStream_t p : pull_stream_) {
-      if (p) cudaStreamDestroy(p);
+    for (cudaStream_t s : {plan_stream_, compute_stream_, comm_stream_}) {
+      if (s) cudaStreamDestroy(s);
     }
-    if (compute_stream_) cudaStreamDestroy(compute_stream_);
+    for (cudaStream_t s : pull_stream_) {
+      if (s) cudaStreamDestroy(s);
+    }
   }
 
   Status Init() override;
@@ -258,6 +286,7 @@ class GpuTrainer final : public TrainLoop {
     StepTimes times = times_;
     times.pull = 0;
     for (double p : pull_seconds_) times.pull += p;
+    times.nccl = nccl_reduce_seconds_ + nccl_bcast_seconds_;
     FillStepReport(compressor_ ? compressor_->stats() : CompressionStats{}, times, report);
     if (cache_) {
       RowCacheStats cs = cache_->stats();
@@ -272,16 +301,32 @@ class GpuTrainer final : public TrainLoop {
   }
 
  private:
-  // The two prefetch stages of a step, in order; PlanStep on the planner thread, PullStep on the
-  // puller thread (both inline on the main thread without prefetch).
+  // The events of one communication stage of a step: the row gradients (stage num_buckets) or a
+  // dense bucket (stage k < num_buckets).
+  struct StageEvents {
+    cudaEvent_t signaled = nullptr;  // compute stream: backward finished the stage's gradients
+    cudaEvent_t start = nullptr;     // comm stream, timed: around the bucket's reduce
+    cudaEvent_t end = nullptr;
+    cudaEvent_t done = nullptr;      // comm stream: the stage's gradients are on the host
+  };
+
+  // The prefetch stages of a step, in order; PlanStep on the planner thread, PullStep on the
+  // puller thread, BroadcastParams on the comm thread (all inline on the main thread without
+  // prefetch).
   Status PlanStep(int64_t step, StepInput* in);
   Status PullStep(int64_t step, StepInput* in);
-  // Main thread: forward/backward of a prepared step, gradients to the host.
+  // Host group: all-gathers the dense parameters of a step from the slices the local ranks pulled.
+  Status BroadcastParams(StepInput* in);
+  // Main thread: forward/backward of a prepared step; signals each stage as backward enqueues it.
   Status Compute(StepInput* in);
-  // Sends a computed step's pushes (pusher thread; inline without prefetch).
+  // Comm thread: for each stage as the main thread signals it, reduce (host group) and copy the
+  // stage's gradients to the host on comm_stream_.
+  Status CommStep(int64_t step);
+  // Pusher thread: sends each stage's pushes once its gradients are on the host.
   Status PushStep(int64_t step);
   void PlannerLoop(int64_t steps);
   void PullerLoop(int first, int64_t steps);
+  void CommLoop(int64_t steps);
   void PusherLoop(int64_t steps);
   // Records a prefetch stage's failure for the main thread (the first one wins).
   void FailPrefetch(const Status& s);
@@ -290,6 +335,9 @@ class GpuTrainer final : public TrainLoop {
   Status WaitPushes(int64_t through);
   // Joins the NCCL host group when there is one to join (gpu_trainer.h).
   Status InitHostGroup();
+  // The dense buckets and what this worker reduces, copies and pushes in each.
+  Status PlanBuckets();
+  int num_stages() const { return static_cast<int>(buckets_.size()) + 1; }
 
   const config::JobConfig& job_;
   const int rank_, num_workers_;
@@ -300,57 +348,69 @@ class GpuTrainer final : public TrainLoop {
 #ifdef OSPREY_HAVE_NCCL
   ncclComm_t comm_ = nullptr;
 #endif
-  bool host_group_ = false;        // dense gradients are averaged over the host's GPU workers
-  std::vector<bool> push_servers_;  // with a host group: the servers this worker pushes dense to
-  cudaEvent_t nccl_start_ = nullptr, nccl_end_ = nullptr;
+  bool host_group_ = false;         // dense gradients are reduced over the host's GPU workers
+  std::vector<bool> own_servers_;   // with a host group: the servers this worker pushes and pulls
+  std::vector<DenseBucket> buckets_;
+  std::vector<OwnedRange> param_ranges_;  // host group: the whole vector by owner (broadcasts)
   std::unique_ptr<cuda::GpuDlrm> model_;
   std::unique_ptr<models::Dlrm> cpu_model_;  // InitDense, sizes
   std::unique_ptr<DenseCompressor> compressor_;
-  std::unique_ptr<RowCache> cache_;
+  std::unique_ptr<ShardedRowCache> cache_;
   std::unique_ptr<BatchReader> reader_;
   uint32_t sparse_table_ = 0, dense_table_ = 0;
   int dim_ = 0, num_sparse_ = 0, num_dense_features_ = 0, max_batch_ = 0;
   size_t num_params_ = 0, max_ids_ = 0;
   bool gate_pulls_ = false;  // bsp/ssp: a step's pulls wait until the previous step's pushes are sent
+  int pullers_n_ = 2;        // worker.pull_threads
+  int ring_ = 4;             // 2 + pullers_n_ steps in flight
 
-  cudaStream_t plan_stream_ = nullptr, compute_stream_ = nullptr;
-  cudaStream_t pull_stream_[kPullers] = {};
+  cudaStream_t plan_stream_ = nullptr, compute_stream_ = nullptr, comm_stream_ = nullptr;
+  cudaStream_t pull_stream_[kMaxPullers] = {};
   DeviceArray<float> d_cache_;
   DeviceArray<unsigned char> d_workspace_;
   size_t workspace_bytes_ = 0;
   // Compute side.
-  DeviceArray<float> d_rows_, d_row_grad_, d_dense_grad_, d_probs_, d_loss_;
-  // Gradients of steps t (index t % 2) on the host: the pusher thread sends step t's while the
-  // main thread computes step t+1 into the other pair.
+  DeviceArray<float> d_rows_, d_probs_, d_loss_;
+  // Gradients of step t at index t % 2, on the device and on the host: the comm and pusher
+  // threads send step t's while the main thread computes step t+1 into the other pair.
+  DeviceArray<float> d_row_grad_[2], d_dense_grad_[2];
   PinnedArray<float> h_row_grad_[2], h_dense_grad_[2];
   PinnedArray<float> h_loss_;
+  std::vector<StageEvents> stage_events_[2];
   // Pushes in flight, oldest first: (step, tickets). Up to kPushWindow steps' pushes are
   // outstanding, so the servers' apply time overlaps the next steps instead of stalling them.
   std::deque<std::pair<int64_t, std::vector<Ticket>>> pushes_;
 
-  // The two alternating step inputs and the hand-over between the prefetch thread and the main
-  // thread.
-  StepInput inputs_[kRing];
+  // The rotating step inputs and the hand-overs between the threads.
+  StepInput inputs_[kMaxRing];  // the first ring_ are used
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t planned_through_ = -1;   // GUARDED_BY(mu_) PlanStep done for steps <= this
-  int64_t ready_step_[kRing];      // GUARDED_BY(mu_) the step whose input slot i holds, once ready
+  int64_t pulled_step_[kMaxRing];     // GUARDED_BY(mu_) host group: PullStep done for the slot's step
+  int64_t ready_step_[kMaxRing];      // GUARDED_BY(mu_) the step whose input slot i holds, once ready
   Status prefetch_status_;         // GUARDED_BY(mu_) first prefetch error
   int64_t released_through_ = -1;  // GUARDED_BY(mu_) main finished with the inputs of steps <= this
   int64_t gathered_through_ = -1;  // GUARDED_BY(mu_) gathers of steps <= this are enqueued
   int64_t pushed_through_ = -1;    // GUARDED_BY(mu_) pushes of steps <= this are sent
   bool stop_ = false;              // GUARDED_BY(mu_)
-  int64_t computed_through_ = -1;  // GUARDED_BY(mu_) gradients of steps <= this are on the host
-  std::thread planner_, pusher_;
-  std::thread pullers_[kPullers];
+  int64_t computed_through_ = -1;  // GUARDED_BY(mu_) forward/backward of steps <= this finished
+  // Per step t at index t % 2: the stages in the order the main thread signaled them, and those
+  // the comm thread enqueued (its copies recorded in StageEvents::done), for step stage_step_.
+  int64_t stage_step_[2] = {-1, -1};    // GUARDED_BY(mu_)
+  std::vector<int> signaled_[2];        // GUARDED_BY(mu_)
+  std::vector<int> enqueued_[2];        // GUARDED_BY(mu_)
+  std::thread planner_, comm_thread_, pusher_;
+  std::thread pullers_[kMaxPullers];
 
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};
   double train_seconds_ = 0;
-  StepTimes times_;           // wait_input/compute/push: main thread; the rest: prefetch side
-  uint64_t rows_pulled_[kPullers] = {};  // by puller thread
-  double pull_seconds_[kPullers] = {};   // by puller thread (times_.pull is their sum)
+  StepTimes times_;           // wait_input/compute: main thread; push: pusher; the rest: prefetch side
+  double nccl_reduce_seconds_ = 0;  // pusher thread (device time of the reduces)
+  double nccl_bcast_seconds_ = 0;   // main thread (device time of the parameter broadcasts)
+  uint64_t rows_pulled_[kMaxPullers] = {};  // by puller thread
+  double pull_seconds_[kMaxPullers] = {};   // by puller thread (times_.pull is their sum)
 };
 
 Status GpuTrainer::Init() {
@@ -372,9 +432,11 @@ Status GpuTrainer::Init() {
   gate_pulls_ = sparse.consistency.mode != "async" || dense.consistency.mode != "async";
 
   // The cache's size and staleness bound (gpu_trainer.h).
+  pullers_n_ = std::min(job_.worker.pull_threads, kMaxPullers);
+  ring_ = 2 + pullers_n_;
   const config::WorkerCacheConfig& cc = job_.worker.cache;
   RowCacheOptions copt;
-  copt.pinned_steps = kRing;
+  copt.pinned_steps = ring_;
   uint64_t key_space = 0;
   for (uint64_t c : job_.data.synthetic.cardinalities) key_space += c;
   if (cc.capacity_rows > 0) {
@@ -386,9 +448,12 @@ Status GpuTrainer::Init() {
     }
     copt.capacity_rows = std::max<uint64_t>(1, static_cast<uint64_t>(cc.capacity_fraction * key_space));
   }
+  int plan_threads = job_.worker.plan_threads;
   if (copt.capacity_rows == 0) {
-    copt.capacity_rows = kRing * max_ids_;  // no reuse: room for the steps in flight
+    // No reuse: room for the steps in flight. One shard: its hash spread would need headroom.
+    copt.capacity_rows = ring_ * max_ids_;
     copt.staleness_bound = 0;
+    plan_threads = 1;
   } else if (cc.staleness_bound >= 0) {
     copt.staleness_bound = cc.staleness_bound;
   } else {
@@ -411,36 +476,46 @@ Status GpuTrainer::Init() {
                   static_cast<double>(free_bytes) / (1 << 30), device_name_.c_str());
     return ResourceExhausted(buf);
   }
-  OSPREY_ASSIGN_OR_RETURN(cache_, RowCache::Make(copt));
-  OSPREY_LOG_INFO("worker {}: training on {}; row cache {} rows ({:.1f} MiB), staleness bound {}, prefetch {}",
-                  rank_, device_name_, copt.capacity_rows, cache_bytes / (1 << 20), copt.staleness_bound,
-                  job_.worker.prefetch ? "on" : "off");
+  OSPREY_ASSIGN_OR_RETURN(cache_, ShardedRowCache::Make(copt, plan_threads));
+  OSPREY_LOG_INFO("worker {}: training on {} ({} MLPs); row cache {} rows ({:.1f} MiB, {} plan threads), staleness "
+                  "bound {}, prefetch {}",
+                  rank_, device_name_, job_.worker.precision, copt.capacity_rows, cache_bytes / (1 << 20),
+                  plan_threads, copt.staleness_bound, job_.worker.prefetch ? "on" : "off");
 
   cuda::GpuDlrmOptions mopt;
-  mopt.tf32 = job_.worker.tf32;
+  OSPREY_ASSIGN_OR_RETURN(mopt.precision, cuda::ParseMlpPrecision(job_.worker.precision));
   OSPREY_ASSIGN_OR_RETURN(model_, cuda::GpuDlrm::Make(job_.model.model.dlrm, device_, max_batch_, mopt));
   OSPREY_CUDA(cudaStreamCreateWithFlags(&plan_stream_, cudaStreamNonBlocking));
-  for (cudaStream_t& p : pull_stream_) OSPREY_CUDA(cudaStreamCreateWithFlags(&p, cudaStreamNonBlocking));
+  for (int i = 0; i < pullers_n_; ++i) OSPREY_CUDA(cudaStreamCreateWithFlags(&pull_stream_[i], cudaStreamNonBlocking));
   for (int64_t& r : ready_step_) r = -1;
+  for (int64_t& r : pulled_step_) r = -1;
   OSPREY_CUDA(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
-  OSPREY_CUDA(cudaEventCreate(&nccl_start_));
-  OSPREY_CUDA(cudaEventCreate(&nccl_end_));
+  OSPREY_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   OSPREY_RETURN_IF_ERROR(InitHostGroup());
+  OSPREY_RETURN_IF_ERROR(PlanBuckets());
   OSPREY_RETURN_IF_ERROR(d_cache_.Allocate(copt.capacity_rows * dim_, "row cache"));
   workspace_bytes_ = cuda::DedupeWorkspaceBytes(static_cast<int>(max_ids_));
   OSPREY_RETURN_IF_ERROR(d_workspace_.Allocate(workspace_bytes_, "dedupe workspace"));
   const size_t row_floats = max_ids_ * dim_;
   OSPREY_RETURN_IF_ERROR(d_rows_.Allocate(row_floats, "step rows"));
-  OSPREY_RETURN_IF_ERROR(d_row_grad_.Allocate(row_floats, "row gradients"));
-  OSPREY_RETURN_IF_ERROR(d_dense_grad_.Allocate(num_params_, "dense gradient"));
   OSPREY_RETURN_IF_ERROR(d_probs_.Allocate(max_batch_, "probabilities"));
   OSPREY_RETURN_IF_ERROR(d_loss_.Allocate(1, "loss"));
   for (int i = 0; i < 2; ++i) {
+    OSPREY_RETURN_IF_ERROR(d_row_grad_[i].Allocate(row_floats, "row gradients"));
+    OSPREY_RETURN_IF_ERROR(d_dense_grad_[i].Allocate(num_params_, "dense gradient"));
     OSPREY_RETURN_IF_ERROR(h_row_grad_[i].Allocate(row_floats, "row gradients"));
     OSPREY_RETURN_IF_ERROR(h_dense_grad_[i].Allocate(num_params_, "dense gradient"));
+    stage_events_[i].resize(num_stages());
+    for (StageEvents& e : stage_events_[i]) {
+      OSPREY_CUDA(cudaEventCreateWithFlags(&e.signaled, cudaEventDisableTiming));
+      OSPREY_CUDA(cudaEventCreate(&e.start));
+      OSPREY_CUDA(cudaEventCreate(&e.end));
+      OSPREY_CUDA(cudaEventCreateWithFlags(&e.done, cudaEventDisableTiming));
+    }
   }
   OSPREY_RETURN_IF_ERROR(h_loss_.Allocate(1, "loss"));
-  for (StepInput& in : inputs_) {
+  for (int i = 0; i < ring_; ++i) {
+    StepInput& in = inputs_[i];
     in.miss_keys.reserve(max_ids_);
     in.miss_slots.reserve(max_ids_);
     OSPREY_RETURN_IF_ERROR(in.h_miss_rows.Allocate(row_floats, "pulled rows"));
@@ -462,8 +537,11 @@ Status GpuTrainer::Init() {
     OSPREY_RETURN_IF_ERROR(in.d_dense.Allocate(static_cast<size_t>(max_batch_) * num_dense_features_, "dense features"));
     OSPREY_RETURN_IF_ERROR(in.d_labels.Allocate(max_batch_, "labels"));
     OSPREY_RETURN_IF_ERROR(in.d_params.Allocate(num_params_, "dense parameters"));
+    OSPREY_CUDA(cudaEventCreateWithFlags(&in.pulled, cudaEventDisableTiming));
     OSPREY_CUDA(cudaEventCreateWithFlags(&in.ready, cudaEventDisableTiming));
     OSPREY_CUDA(cudaEventCreateWithFlags(&in.gathered, cudaEventDisableTiming));
+    OSPREY_CUDA(cudaEventCreate(&in.bcast_start));
+    OSPREY_CUDA(cudaEventCreate(&in.bcast_end));
   }
 
   int dense_index = job_.TableIndex(job_.model.dense_table);
@@ -510,18 +588,82 @@ Status GpuTrainer::InitHostGroup() {
                     std::to_string(host_.local_size) + " on " + device_name_ + "): " + ncclGetErrorString(r));
   }
   const int servers = client_->shard_map().server_endpoints_size();
-  push_servers_.assign(servers, false);
-  for (int s = 0; s < servers; ++s) push_servers_[s] = s % host_.local_size == host_.local_rank;
+  own_servers_.assign(servers, false);
+  for (int s = 0; s < servers; ++s) own_servers_[s] = s % host_.local_size == host_.local_rank;
   host_group_ = true;
-  OSPREY_LOG_INFO("worker {}: NCCL host group, local rank {} of {}; pushes dense chunks of {} of {} servers", rank_,
-                  host_.local_rank, host_.local_size, std::count(push_servers_.begin(), push_servers_.end(), true),
-                  servers);
+  OSPREY_LOG_INFO("worker {}: NCCL host group, local rank {} of {}; pushes and pulls the dense chunks of {} of {} "
+                  "servers", rank_, host_.local_rank, host_.local_size,
+                  std::count(own_servers_.begin(), own_servers_.end(), true), servers);
   return Status::OK();
 #else
   OSPREY_LOG_WARN("worker {}: {} GPU workers on this host, but this build has no NCCL: each pushes its own dense "
                   "gradient", rank_, host_.local_size);
   return Status::OK();
 #endif
+}
+
+Status GpuTrainer::PlanBuckets() {
+  const proto::TableSpec& spec = client_->shard_map().tables(dense_table_);
+  const int servers = client_->shard_map().server_endpoints_size();
+  if (spec.size() != num_params_) {
+    return Internal("dense table '" + spec.name() + "' has " + std::to_string(spec.size()) + " floats, the model " +
+                    std::to_string(num_params_));
+  }
+  const size_t chunk = spec.chunk_floats() > 0 ? spec.chunk_floats() : num_params_;
+  const size_t chunks_per_bucket =
+      std::max<size_t>(1, job_.worker.dense_bucket_bytes / (chunk * sizeof(float)));
+  const size_t bucket_floats = chunks_per_bucket * chunk;
+  auto owner_of = [&](size_t c) {  // local rank that reduces, pushes and pulls chunk c
+    return ServerForChunk(dense_table_, c, servers) % host_.local_size;
+  };
+  auto server_of = [&](size_t c) { return ServerForChunk(dense_table_, c, servers); };
+  // Appends [first, first + count) of owner `root` to `ranges`, merging with the previous one.
+  auto add = [](std::vector<OwnedRange>* ranges, size_t first, size_t count, int root) {
+    if (!ranges->empty() && ranges->back().root == root && ranges->back().first + ranges->back().count == first) {
+      ranges->back().count += count;
+    } else {
+      ranges->push_back({first, count, root});
+    }
+  };
+  const size_t num_buckets = (num_params_ + bucket_floats - 1) / bucket_floats;
+  std::vector<int> last_bucket(servers, -1);  // in processing order
+  buckets_.clear();
+  param_ranges_.clear();
+  for (size_t i = 0; i < num_buckets; ++i) {
+    const size_t k = num_buckets - 1 - i;  // processing order: from the end of the vector
+    DenseBucket b;
+    b.begin = k * bucket_floats;
+    b.end = std::min(num_params_, b.begin + bucket_floats);
+    for (size_t first = b.begin; first < b.end; first += chunk) {
+      const size_t c = first / chunk, count = std::min(chunk, b.end - first);
+      const int root = host_group_ ? owner_of(c) : 0;
+      if (host_group_) add(&b.ranges, first, count, root);
+      if (!host_group_ || root == host_.local_rank) {
+        if (!b.own.empty() && b.own.back().first + b.own.back().second == first) {
+          b.own.back().second += count;
+        } else {
+          b.own.emplace_back(first, count);
+        }
+        last_bucket[server_of(c)] = static_cast<int>(i);
+      }
+    }
+    buckets_.push_back(std::move(b));
+  }
+  for (DenseBucket& b : buckets_) b.push_servers.assign(servers, false);
+  for (int s = 0; s < servers; ++s) {
+    if (last_bucket[s] < 0) continue;
+    buckets_[last_bucket[s]].push_servers[s] = true;
+    buckets_[last_bucket[s]].any_push = true;
+  }
+  if (host_group_) {
+    for (size_t first = 0; first < num_params_; first += chunk) {
+      add(&param_ranges_, first, std::min(chunk, num_params_ - first), owner_of(first / chunk));
+    }
+  }
+  OSPREY_LOG_INFO("worker {}: dense gradient in {} bucket(s) of {} KiB ({} KiB chunks){}", rank_, buckets_.size(),
+                  bucket_floats * sizeof(float) >> 10, chunk * sizeof(float) >> 10,
+                  host_group_ ? ", reduced to their owners over NCCL" : "");
+  return Status::OK();
 }
 
 // Prefetch stage 1 of step `step`: the batch, its keys deduped on the device, the cache plan.
@@ -570,8 +712,9 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   return Status::OK();
 }
 
-// Prefetch stage 2 of step `step`: pull the misses and the dense parameters, put the rows into
-// their cache slots. Device work goes to the puller's stream, pull_stream_[step % kPullers].
+// Prefetch stage 2 of step `step`: pull the misses and the dense parameters (with a host group,
+// only this worker's slice), put the rows into their cache slots. Device work goes to the
+// puller's stream, pull_stream_[step % pullers_n_].
 Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   // bsp/ssp: this step's pulls must reach the servers after the previous step's pushes.
   auto t3 = Clock::now();
@@ -582,7 +725,8 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   }
   const size_t m = in->miss_keys.size();
   Ticket rows = client_->Pull(sparse_table_, in->miss_keys.data(), m, in->h_miss_rows.get(), step);
-  Ticket dense = client_->PullDense(dense_table_, in->h_params.get(), step);
+  Ticket dense = host_group_ ? client_->PullDense(dense_table_, in->h_params.get(), step, own_servers_)
+                             : client_->PullDense(dense_table_, in->h_params.get(), step);
   Status s1 = client_->Wait(rows);
   Status s2 = client_->Wait(dense);
   // A failed pull fails the run, so the slots it left unfilled are never read.
@@ -590,18 +734,18 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   OSPREY_RETURN_IF_ERROR(s2);
   in->sparse_version = client_->version(sparse_table_);
   in->dense_version = client_->version(dense_table_);
-  rows_pulled_[step % kPullers] += m;
-  pull_seconds_[step % kPullers] += Since(t3);
-  cudaStream_t pull_stream = pull_stream_[step % kPullers];
+  rows_pulled_[step % pullers_n_] += m;
+  pull_seconds_[step % pullers_n_] += Since(t3);
+  cudaStream_t pull_stream = pull_stream_[step % pullers_n_];
 
   // The pulled rows go into their slots only after the previous step's gather read the cache
   // (a stale row is refreshed in the slot it already had; evicted slots were last used by a step
-  // at least kRing back).
+  // at least ring_ back).
   if (step > 0) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return stop_ || gathered_through_ >= step - 1; });
     if (stop_) return Aborted("stopped");
-    OSPREY_CUDA(cudaStreamWaitEvent(pull_stream, inputs_[(step - 1) % kRing].gathered, 0));
+    OSPREY_CUDA(cudaStreamWaitEvent(pull_stream, inputs_[(step - 1) % ring_].gathered, 0));
   }
   const int u = in->num_unique;
   std::memcpy(in->h_miss_slots.get(), in->miss_slots.data(), m * sizeof(int32_t));
@@ -613,10 +757,36 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
                                            d_cache_.get(), pull_stream));
   OSPREY_CUDA(cudaMemcpyAsync(in->d_slots.get(), in->h_slots.get(), u * sizeof(int32_t), cudaMemcpyHostToDevice,
                               pull_stream));
+  // With a host group the other ranks' slices are garbage here until BroadcastParams.
   OSPREY_CUDA(cudaMemcpyAsync(in->d_params.get(), in->h_params.get(), num_params_ * sizeof(float),
                               cudaMemcpyHostToDevice, pull_stream));
-  OSPREY_CUDA(cudaEventRecord(in->ready, pull_stream));
+  OSPREY_CUDA(cudaEventRecord(host_group_ ? in->pulled : in->ready, pull_stream));
   return Status::OK();
+}
+
+Status GpuTrainer::BroadcastParams(StepInput* in) {
+#ifdef OSPREY_HAVE_NCCL
+  OSPREY_CUDA(cudaStreamWaitEvent(comm_stream_, in->pulled, 0));
+  OSPREY_CUDA(cudaEventRecord(in->bcast_start, comm_stream_));
+  ncclResult_t r = ncclGroupStart();
+  for (const OwnedRange& g : param_ranges_) {
+    if (r != ncclSuccess) break;
+    float* p = in->d_params.get() + g.first;
+    r = ncclBroadcast(p, p, g.count, ncclFloat, g.root, comm_, comm_stream_);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (r != ncclSuccess) {
+    return Internal("step " + std::to_string(in->step) + ": NCCL all-gather of the dense parameters: " +
+                    ncclGetErrorString(r));
+  }
+  OSPREY_CUDA(cudaEventRecord(in->bcast_end, comm_stream_));
+  OSPREY_CUDA(cudaEventRecord(in->ready, comm_stream_));
+  return Status::OK();
+#else
+  (void)in;
+  return Internal("host group without NCCL");
+#endif
 }
 
 void GpuTrainer::FailPrefetch(const Status& s) {
@@ -630,10 +800,10 @@ void GpuTrainer::PlannerLoop(int64_t steps) {
   for (int64_t t = 0; t < steps; ++t) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || released_through_ >= t - kRing; });
+      cv_.wait(lock, [&] { return stop_ || released_through_ >= t - ring_; });
       if (stop_) return;
     }
-    Status s = PlanStep(t, &inputs_[t % kRing]);
+    Status s = PlanStep(t, &inputs_[t % ring_]);
     if (!s.ok()) return FailPrefetch(s);
     std::lock_guard<std::mutex> lock(mu_);
     planned_through_ = t;
@@ -643,17 +813,41 @@ void GpuTrainer::PlannerLoop(int64_t steps) {
 
 void GpuTrainer::PullerLoop(int first, int64_t steps) {
   cudaSetDevice(device_);
-  for (int64_t t = first; t < steps; t += kPullers) {
+  for (int64_t t = first; t < steps; t += pullers_n_) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || planned_through_ >= t || !prefetch_status_.ok(); });
       if (stop_ || planned_through_ < t) return;
     }
-    Status s = PullStep(t, &inputs_[t % kRing]);
+    Status s = PullStep(t, &inputs_[t % ring_]);
     if (!s.ok()) return FailPrefetch(s);
     std::lock_guard<std::mutex> lock(mu_);
-    ready_step_[t % kRing] = t;
+    (host_group_ ? pulled_step_ : ready_step_)[t % ring_] = t;
     cv_.notify_all();
+  }
+}
+
+// The only thread that calls NCCL during training, so every local rank issues the collectives
+// in the same order: the parameter all-gather of step t, then step t's gradient reduces.
+void GpuTrainer::CommLoop(int64_t steps) {
+  cudaSetDevice(device_);
+  for (int64_t t = 0; t < steps; ++t) {
+    if (host_group_) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || pulled_step_[t % ring_] == t || !prefetch_status_.ok(); });
+        if (pulled_step_[t % ring_] != t) return;
+      }
+      Status s = BroadcastParams(&inputs_[t % ring_]);
+      if (!s.ok()) return FailPrefetch(s);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ready_step_[t % ring_] = t;
+      }
+      cv_.notify_all();
+    }
+    Status s = CommStep(t);
+    if (!s.ok()) return FailPrefetch(s);
   }
 }
 
@@ -667,6 +861,7 @@ void GpuTrainer::StopPrefetch() {
   for (std::thread& p : pullers_) {
     if (p.joinable()) p.join();
   }
+  if (comm_thread_.joinable()) comm_thread_.join();
   if (pusher_.joinable()) pusher_.join();
   if (reader_) reader_->Stop();
 }
@@ -683,18 +878,22 @@ Status GpuTrainer::WaitPushes(int64_t through) {
   return first;
 }
 
-// The main-thread part of a step whose inputs are ready: gather, forward/backward, gradients
-// back to the host, pushes.
+// The main-thread part of a step whose inputs are ready: gather, forward/backward. Backward
+// hands each finished stage (a dense bucket, the row gradients) to the comm thread as it goes.
 Status GpuTrainer::Compute(StepInput* in) {
   const int64_t step = in->step;
   const int u = in->num_unique;
   const int b = static_cast<int>(step % 2);
-  // The host gradient pair of this step held step-2's, which the pusher must have sent.
+  // The gradient buffers and stage events of this step held step-2's, which the pusher must have
+  // sent (and so the comm thread enqueued).
   auto t0 = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return pushed_through_ >= step - 2 || !prefetch_status_.ok(); });
     if (pushed_through_ < step - 2) return prefetch_status_;
+    stage_step_[b] = step;
+    signaled_[b].clear();
+    enqueued_[b].clear();
   }
   times_.push += Since(t0);
   auto t1 = Clock::now();
@@ -706,43 +905,55 @@ Status GpuTrainer::Compute(StepInput* in) {
     gathered_through_ = step;
   }
   cv_.notify_all();
+
+  // Stage k < num_buckets is dense bucket k; stage num_buckets the row gradients.
+  Status hook_status;
+  size_t next_bucket = 0;
+  bool rows_signaled = false;
+  auto signal = [&](int stage) {
+    cudaError_t e = cudaEventRecord(stage_events_[b][stage].signaled, compute_stream_);
+    if (e != cudaSuccess && hook_status.ok()) hook_status = CudaStatus(e, "cudaEventRecord (gradient stage)");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      signaled_[b].push_back(stage);
+    }
+    cv_.notify_all();
+  };
+  cuda::BackwardHooks hooks;
+  hooks.dense_ready = [&](size_t from) {
+    for (; next_bucket < buckets_.size() && buckets_[next_bucket].begin >= from; ++next_bucket) {
+      signal(static_cast<int>(next_bucket));
+    }
+  };
+  hooks.rows_ready = [&] {
+    rows_signaled = true;
+    signal(static_cast<int>(buckets_.size()));
+  };
   OSPREY_RETURN_IF_ERROR(model_->ForwardBackward(in->d_params.get(), d_rows_.get(), u, in->d_row_index.get(),
                                                  in->d_dense.get(), in->d_labels.get(), in->batch,
-                                                 d_dense_grad_.get(), d_row_grad_.get(), d_probs_.get(),
-                                                 d_loss_.get(), compute_stream_));
-#ifdef OSPREY_HAVE_NCCL
-  if (host_group_) {
-    OSPREY_CUDA(cudaEventRecord(nccl_start_, compute_stream_));
-    ncclResult_t r = ncclAllReduce(d_dense_grad_.get(), d_dense_grad_.get(), num_params_, ncclFloat, ncclAvg, comm_,
-                                   compute_stream_);
-    if (r != ncclSuccess) {
-      return Internal("step " + std::to_string(step) + ": NCCL all-reduce of the dense gradient: " +
-                      ncclGetErrorString(r));
-    }
-    OSPREY_CUDA(cudaEventRecord(nccl_end_, compute_stream_));
+                                                 d_dense_grad_[b].get(), d_row_grad_[b].get(), d_probs_.get(),
+                                                 d_loss_.get(), compute_stream_, &hooks));
+  OSPREY_RETURN_IF_ERROR(hook_status);
+  if (next_bucket != buckets_.size() || !rows_signaled) {
+    return Internal("step " + std::to_string(step) + ": backward signaled " + std::to_string(next_bucket) + " of " +
+                    std::to_string(buckets_.size()) + " dense buckets" + (rows_signaled ? "" : " and not the rows"));
   }
-#endif
-  OSPREY_CUDA(cudaMemcpyAsync(h_row_grad_[b].get(), d_row_grad_.get(), static_cast<size_t>(u) * dim_ * sizeof(float),
-                              cudaMemcpyDeviceToHost, compute_stream_));
-  OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_[b].get(), d_dense_grad_.get(), num_params_ * sizeof(float),
-                              cudaMemcpyDeviceToHost, compute_stream_));
   OSPREY_CUDA(cudaMemcpyAsync(h_loss_.get(), d_loss_.get(), sizeof(float), cudaMemcpyDeviceToHost, compute_stream_));
   OSPREY_CUDA(cudaStreamSynchronize(compute_stream_));
-  double nccl_s = 0;
-  if (host_group_) {
+  double bcast_s = 0;
+  if (host_group_) {  // the broadcast finished before the compute stream could start
     float ms = 0;
-    OSPREY_CUDA(cudaEventElapsedTime(&ms, nccl_start_, nccl_end_));
-    nccl_s = ms * 1e-3;
+    OSPREY_CUDA(cudaEventElapsedTime(&ms, in->bcast_start, in->bcast_end));
+    bcast_s = ms * 1e-3;
   }
-  times_.nccl += nccl_s;
-  times_.compute += Since(t1) - nccl_s;
+  nccl_bcast_seconds_ += bcast_s;
+  times_.compute += Since(t1) - bcast_s;  // the compute stream waited for the broadcast
   const float loss = h_loss_[0];
   if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
   double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
   loss_.store(avg);
   samples_.fetch_add(in->batch);
   step_.fetch_add(1);
-  if (!job_.worker.prefetch) return PushStep(step);
   {
     std::lock_guard<std::mutex> lock(mu_);
     computed_through_ = step;
@@ -751,19 +962,98 @@ Status GpuTrainer::Compute(StepInput* in) {
   return Status::OK();
 }
 
-Status GpuTrainer::PushStep(int64_t step) {
-  StepInput* in = &inputs_[step % kRing];
+Status GpuTrainer::CommStep(int64_t step) {
   const int b = static_cast<int>(step % 2);
+  StepInput* in = &inputs_[step % ring_];
+  for (int i = 0; i < num_stages(); ++i) {
+    int stage = -1;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !prefetch_status_.ok() || (stage_step_[b] == step && signaled_[b].size() > size_t(i));
+      });
+      if (stage_step_[b] != step || signaled_[b].size() <= size_t(i)) return Aborted("stopped");
+      stage = signaled_[b][i];
+    }
+    StageEvents& ev = stage_events_[b][stage];
+    OSPREY_CUDA(cudaStreamWaitEvent(comm_stream_, ev.signaled, 0));
+    if (stage == static_cast<int>(buckets_.size())) {
+      OSPREY_CUDA(cudaMemcpyAsync(h_row_grad_[b].get(), d_row_grad_[b].get(),
+                                  static_cast<size_t>(in->num_unique) * dim_ * sizeof(float), cudaMemcpyDeviceToHost,
+                                  comm_stream_));
+    } else {
+      const DenseBucket& bucket = buckets_[stage];
+      float* d = d_dense_grad_[b].get();
+      OSPREY_CUDA(cudaEventRecord(ev.start, comm_stream_));
+#ifdef OSPREY_HAVE_NCCL
+      if (host_group_) {
+        ncclResult_t r = ncclGroupStart();
+        for (const OwnedRange& g : bucket.ranges) {
+          if (r != ncclSuccess) break;
+          r = ncclReduce(d + g.first, d + g.first, g.count, ncclFloat, ncclAvg, g.root, comm_, comm_stream_);
+        }
+        ncclResult_t end = ncclGroupEnd();
+        if (r == ncclSuccess) r = end;
+        if (r != ncclSuccess) {
+          return Internal("step " + std::to_string(step) + ": NCCL reduce of dense bucket " + std::to_string(stage) +
+                          ": " + ncclGetErrorString(r));
+        }
+      }
+#endif
+      OSPREY_CUDA(cudaEventRecord(ev.end, comm_stream_));
+      for (const auto& [first, count] : bucket.own) {
+        OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_[b].get() + first, d + first, count * sizeof(float),
+                                    cudaMemcpyDeviceToHost, comm_stream_));
+      }
+    }
+    OSPREY_CUDA(cudaEventRecord(ev.done, comm_stream_));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      enqueued_[b].push_back(stage);
+    }
+    cv_.notify_all();
+  }
+  return Status::OK();
+}
+
+Status GpuTrainer::PushStep(int64_t step) {
+  StepInput* in = &inputs_[step % ring_];
+  const int b = static_cast<int>(step % 2);
+  double nccl_s = 0;
   OSPREY_RETURN_IF_ERROR(WaitPushes(step - kPushWindow));
   // The client copies keys and gradients into its frames before returning, so the pinned
-  // buffers are free again when these calls return.
+  // buffers may be reused once the step's calls return.
   std::vector<Ticket> tickets;
-  tickets.push_back(client_->Push(sparse_table_, in->h_unique.get(), in->num_unique, h_row_grad_[b].get(), step,
-                                  in->sparse_version));
-  tickets.push_back(host_group_ ? client_->PushDense(dense_table_, h_dense_grad_[b].get(), step, in->dense_version,
-                                                    push_servers_)
-                               : client_->PushDense(dense_table_, h_dense_grad_[b].get(), step, in->dense_version));
+  for (int i = 0; i < num_stages(); ++i) {
+    int stage = -1;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !prefetch_status_.ok() || (stage_step_[b] == step && enqueued_[b].size() > size_t(i));
+      });
+      if (stage_step_[b] != step || enqueued_[b].size() <= size_t(i)) return Aborted("stopped");
+      stage = enqueued_[b][i];
+    }
+    const StageEvents& ev = stage_events_[b][stage];
+    OSPREY_CUDA(cudaEventSynchronize(ev.done));
+    if (stage == static_cast<int>(buckets_.size())) {
+      tickets.push_back(client_->Push(sparse_table_, in->h_unique.get(), in->num_unique, h_row_grad_[b].get(), step,
+                                      in->sparse_version));
+      continue;
+    }
+    if (host_group_) {
+      float ms = 0;
+      OSPREY_CUDA(cudaEventElapsedTime(&ms, ev.start, ev.end));
+      nccl_s += ms * 1e-3;
+    }
+    const DenseBucket& bucket = buckets_[stage];
+    if (bucket.any_push) {
+      tickets.push_back(client_->PushDense(dense_table_, h_dense_grad_[b].get(), step, in->dense_version,
+                                           bucket.push_servers));
+    }
+  }
   pushes_.emplace_back(step, std::move(tickets));
+  nccl_reduce_seconds_ += nccl_s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pushed_through_ = step;
@@ -774,12 +1064,8 @@ Status GpuTrainer::PushStep(int64_t step) {
 }
 
 void GpuTrainer::PusherLoop(int64_t steps) {
+  cudaSetDevice(device_);
   for (int64_t t = 0; t < steps; ++t) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || computed_through_ >= t; });
-      if (computed_through_ < t) return;
-    }
     Status s = PushStep(t);
     if (!s.ok()) return FailPrefetch(s);
   }
@@ -793,20 +1079,23 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   const bool prefetch = job_.worker.prefetch;
   if (prefetch) {
     planner_ = std::thread([this, steps] { PlannerLoop(steps); });
-    for (int i = 0; i < kPullers; ++i) pullers_[i] = std::thread([this, i, steps] { PullerLoop(i, steps); });
+    for (int i = 0; i < pullers_n_; ++i) pullers_[i] = std::thread([this, i, steps] { PullerLoop(i, steps); });
+    comm_thread_ = std::thread([this, steps] { CommLoop(steps); });
     pusher_ = std::thread([this, steps] { PusherLoop(steps); });
   }
   Status status;
+  int64_t computed = 0;
   for (int64_t t = 0; t < steps; ++t) {
-    StepInput* in = &inputs_[t % kRing];
+    StepInput* in = &inputs_[t % ring_];
     auto t0 = Clock::now();
     if (prefetch) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return ready_step_[t % kRing] == t || !prefetch_status_.ok(); });
-      if (ready_step_[t % kRing] != t) status = prefetch_status_;
+      cv_.wait(lock, [&] { return ready_step_[t % ring_] == t || !prefetch_status_.ok(); });
+      if (ready_step_[t % ring_] != t) status = prefetch_status_;
     } else {
       status = PlanStep(t, in);
       if (status.ok()) status = PullStep(t, in);
+      if (status.ok() && host_group_) status = BroadcastParams(in);
     }
     times_.wait_input += Since(t0);
     if (status.code() == StatusCode::kOutOfRange) {
@@ -815,14 +1104,21 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
     }
     if (!status.ok()) break;
     status = Compute(in);
+    if (status.ok() && !prefetch) {
+      auto t1 = Clock::now();
+      status = CommStep(t);
+      if (status.ok()) status = PushStep(t);
+      times_.push += Since(t1);
+    }
     if (!status.ok()) break;
+    computed = t + 1;
     if (on_log && (t + 1) % job_.train.log_every_steps == 0) on_log(progress());
   }
-  if (prefetch && status.ok()) {  // let the pusher send what was computed
+  if (prefetch && status.ok()) {  // let the comm and pusher threads send what was computed
     auto t0 = Clock::now();
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return pushed_through_ >= computed_through_ || !prefetch_status_.ok(); });
-    if (pushed_through_ < computed_through_) status = prefetch_status_;
+    cv_.wait(lock, [&] { return pushed_through_ >= computed - 1 || !prefetch_status_.ok(); });
+    if (pushed_through_ < computed - 1) status = prefetch_status_;
     times_.push += Since(t0);
   }
   StopPrefetch();

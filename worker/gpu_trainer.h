@@ -16,15 +16,24 @@
 //             on the CPU) or read the Criteo file;
 //   dedupe    ids to the device, FeatureKeys deduped there (CUB radix sort), the distinct keys
 //             back to the host;
-//   cache     the hot-row cache (worker/cache/row_cache.h) maps each distinct key to a slot of a
-//             device array [capacity x dim]; keys absent or pulled more than staleness_bound
-//             steps ago are misses;
+//   cache     the hot-row cache (worker/cache/sharded_row_cache.h: worker.plan_threads shards
+//             of worker/cache/row_cache.h, planned in parallel) maps each distinct key to a slot
+//             of a device array [capacity x dim]; keys absent or pulled more than
+//             staleness_bound steps ago are misses;
 //   pull      only the misses are pulled from the servers (and the dense parameters), copied to
-//             the device and scattered into their slots; two puller threads take alternate
-//             steps, so the pulls of consecutive steps overlap.
-// The main thread then gathers the step's rows from the cache into a compact array, runs
-// forward + backward, copies the row and dense gradients back and pushes them (one gradient row
-// per distinct key: GpuDlrm sums the uses of a row).
+//             the device and scattered into their slots; worker.pull_threads threads take
+//             turns by step, so the pulls of consecutive steps overlap.
+// The main thread then gathers the step's rows from the cache into a compact array and runs
+// forward + backward (worker.precision: fp32, tf32 or bf16 MLP products). Backward is observed
+// as it is enqueued (cuda::BackwardHooks): the dense gradient is cut into buckets of
+// worker.dense_bucket_bytes (rounded to whole chunks of the dense table; the top MLP's finish
+// first), and each bucket, like the row gradients, is handed to a comm thread the moment backward
+// has enqueued it. The comm thread (comm_stream_) waits on the device for the bucket, reduces it
+// (host group, below) and copies it to the host; a pusher thread sends a server's dense push as
+// soon as the last bucket holding one of its chunks is on the host, and the sparse push as soon
+// as the row gradients are, so pushes leave while the rest of backward still runs. Each server
+// still gets one dense and one sparse message per step (one gradient row per distinct key: GpuDlrm
+// sums the uses of a row).
 //
 // Ordering with the servers: in bsp and ssp a pull for clock t+1 must reach a server after this
 // worker's push of clock t (the server infers a worker's progress from its pulls), so there the
@@ -41,13 +50,19 @@
 //
 // The NCCL host group (worker.nccl, when this build has NCCL and the host has several GPU
 // workers): the workers of one host form a communicator (local rank 0 makes the unique id, the
-// coordinator hands it to the others, OP_HOST_GROUP). After backward, the dense gradient is
-// averaged over the host with one all-reduce on the compute stream, and local rank r pushes only
-// the dense messages of the servers s with s % local_size == r, so each dense chunk crosses the
-// network once per host. Every worker still pulls the whole dense table (the pull also tells the
-// servers its clock in bsp/ssp, which is what closes a window the non-owners never push to) and
-// pushes its own sparse rows. Not done yet: gradient buckets pushed while backward runs (the push
-// follows the whole backward).
+// coordinator hands it to the others, OP_HOST_GROUP). Local rank r owns the servers s with
+// s % local_size == r, and so the dense chunks those servers hold:
+//   reduce      each dense bucket is reduced (ncclReduce, average over the host) to the owner of
+//               each of its chunks -- a reduce-scatter along server ownership -- and only the
+//               owner copies and pushes (compressed with the table's codec) those chunks;
+//   pull        each rank pulls only its servers' chunks; the other servers get a clock-only
+//               pull (no keys), which tells them this worker's progress (bsp/ssp windows close
+//               on it) and is held like a real pull until the clock is ready;
+//   all-gather  the comm thread broadcasts each chunk from its owner into every rank's copy of
+//               the parameters before the step computes.
+// So each dense chunk crosses the network once per host in each direction. The comm thread is
+// the only one calling NCCL, in the same order on every rank: step t's broadcast, then step t's
+// reduces bucket by bucket. Sparse rows are pulled and pushed by every worker for its own batch.
 //
 // Thread-safety: as TrainLoop.
 #pragma once

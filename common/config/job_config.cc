@@ -114,10 +114,13 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
   f.Section("worker", [&](YamlFields& s) {
     s.Get("device", &job->worker.device, {"cpu", "cuda", "auto"});
     s.Get("gpu", &job->worker.gpu, -1, 1023);
-    s.Get("tf32", &job->worker.tf32);
+    s.Get("precision", &job->worker.precision, {"fp32", "tf32", "bf16"});
     s.Get("prefetch", &job->worker.prefetch);
     s.Get("data_threads", &job->worker.data_threads, 1, 64);
+    s.Get("plan_threads", &job->worker.plan_threads, 1, 64);
+    s.Get("pull_threads", &job->worker.pull_threads, 1, 8);
     s.Get("nccl", &job->worker.nccl);
+    s.Get("dense_bucket_bytes", &job->worker.dense_bucket_bytes, 4096, uint64_t{1} << 34);
     s.Section("cache", [&](YamlFields& c) {
       c.Get("capacity_rows", &job->worker.cache.capacity_rows, 0, (uint64_t{1} << 31) - 1);
       c.Get("capacity_fraction", &job->worker.cache.capacity_fraction, 0, 1);

@@ -92,11 +92,16 @@ struct WorkerCacheConfig {
 struct WorkerSection {
   std::string device = "cpu";  // cpu | cuda | auto (cuda when built with CUDA and a GPU is visible)
   int gpu = -1;                // CUDA device; -1: worker rank modulo the visible devices
-  bool tf32 = true;            // MLP products on TF32 tensor cores (GPU)
+  std::string precision = "tf32";  // GPU MLP products: fp32 | tf32 (TF32 tensor cores) | bf16
+                                   // (bf16 operands, fp32 accumulation and master weights)
   bool prefetch = true;        // GPU: prepare step t+1 (data, dedupe, cache, pulls) during step t
   int data_threads = 2;        // GPU: threads generating synthetic batches ahead
-  bool nccl = true;            // GPU workers on one host average dense gradients over NCCL and
-                               // each pushes only the servers it owns (gpu_trainer.h)
+  int plan_threads = 4;        // GPU: threads planning the row cache (its index is sharded by key)
+  int pull_threads = 2;        // GPU: threads pulling consecutive steps' misses concurrently
+  bool nccl = true;            // GPU workers on one host reduce dense gradients over NCCL and
+                               // each pushes and pulls only the servers it owns (gpu_trainer.h)
+  uint64_t dense_bucket_bytes = 2 << 20;  // GPU: dense gradient buckets (whole chunks of the
+                                          // dense table), sent while backward still runs
   WorkerCacheConfig cache;
 };
 

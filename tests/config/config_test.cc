@@ -140,13 +140,23 @@ TEST(JobConfigTest, CodecAndConsistencySectionsAreValidated) {
 TEST(JobConfigTest, WorkerSectionIsValidated) {
   auto job = ParseJobConfig(kMinimal, "test.yaml",
                             {"worker.device=auto", "worker.gpu=1", "worker.nccl=false",
-                             "worker.cache.capacity_fraction=0.1", "worker.cache.staleness_bound=3"});
+                             "worker.cache.capacity_fraction=0.1", "worker.cache.staleness_bound=3",
+                             "worker.precision=bf16", "worker.plan_threads=8", "worker.pull_threads=3", "worker.dense_bucket_bytes=524288"});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->worker.device, "auto");
   EXPECT_EQ(job->worker.gpu, 1);
   EXPECT_FALSE(job->worker.nccl);
   EXPECT_DOUBLE_EQ(job->worker.cache.capacity_fraction, 0.1);
   EXPECT_EQ(job->worker.cache.staleness_bound, 3);
+  EXPECT_EQ(job->worker.precision, "bf16");
+  EXPECT_EQ(job->worker.plan_threads, 8);
+  EXPECT_EQ(job->worker.pull_threads, 3);
+  ExpectError(kMinimal, {"worker.pull_threads=9"}, "worker.pull_threads: value 9 is out of range");
+  EXPECT_EQ(job->worker.dense_bucket_bytes, 524288u);
+  ExpectError(kMinimal, {"worker.precision=fp16"}, "worker.precision: 'fp16' is not one of");
+  ExpectError(kMinimal, {"worker.plan_threads=0"}, "worker.plan_threads: value 0 is out of range");
+  ExpectError(kMinimal, {"worker.dense_bucket_bytes=100"}, "worker.dense_bucket_bytes: value 100 is out of range");
+  ExpectError(kMinimal, {"worker.tf32=true"}, "worker.tf32: unknown key");
   ExpectError(kMinimal, {"worker.device=tpu"}, "worker.device: 'tpu' is not one of");
   ExpectError(kMinimal, {"worker.gpu=-2"}, "worker.gpu: value -2 is out of range");
   ExpectError(kMinimal, {"worker.data_threads=0"}, "worker.data_threads: value 0 is out of range");

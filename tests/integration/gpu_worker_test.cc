@@ -120,19 +120,54 @@ TEST(GpuWorkerTest, BadGpuSettingsFailWithAClearMessage) {
   EXPECT_NE(huge.worker0.find("worker.cache: 2147483647 rows x 16 floats"), std::string::npos) << huge.worker0;
 }
 
-// Two GPU workers on one host form an NCCL host group: the dense gradient is averaged over NCCL
-// and each dense chunk is pushed by one of them. In bsp that is exactly the CPU job's window mean
-// over both workers' pushes, so the models must agree as closely as two CPU runs do.
+// Small dense chunks (25 over the 2 servers) and buckets of 2 chunks (13 buckets), so the dense
+// gradient really is split: backward hands out many buckets, and in a host group each rank owns
+// the chunks of one server.
+const char* kSmallBuckets = " --set tables.1.chunk_floats=1024 --set worker.dense_bucket_bytes=8192";
+
+// Buckets only change when gradients are copied and pushed, not their values; nor does the
+// number of puller threads.
+TEST(GpuWorkerTest, SmallDenseBucketsAndThreePullersGiveTheSameModelInBsp) {
+  Launch one = LaunchJob("gpu-bucket-one", std::string(kBsp) + " --set worker.device=cuda --set tables.1.chunk_floats=1024"
+                                          " --set worker.dense_bucket_bytes=1048576");
+  SKIP_WITHOUT_GPU(one);
+  Launch many = LaunchJob("gpu-bucket-many", std::string(kBsp) + kSmallBuckets +
+                                           " --set worker.device=cuda --set worker.pull_threads=3");
+  ASSERT_EQ(many.rc, 0) << many.output << many.worker0;
+  EXPECT_NE(one.worker0.find("dense gradient in 1 bucket(s)"), std::string::npos) << one.worker0;
+  EXPECT_NE(many.worker0.find("dense gradient in 13 bucket(s) of 8 KiB"), std::string::npos) << many.worker0;
+  EXPECT_NEAR(JsonNumber(one.json, "auc"), JsonNumber(many.json, "auc"), 0.001);
+  EXPECT_NEAR(JsonNumber(one.json, "logloss"), JsonNumber(many.json, "logloss"), 0.001);
+}
+
+// bf16 MLP products (fp32 accumulation, fp32 master weights on the servers) must train as well as
+// tf32 on the planted data.
+TEST(GpuWorkerTest, Bf16MlpsTrainLikeTf32) {
+  Launch tf32 = LaunchJob("gpu-tf32", std::string(kBsp) + " --set worker.device=cuda --set worker.precision=tf32");
+  SKIP_WITHOUT_GPU(tf32);
+  Launch bf16 = LaunchJob("gpu-bf16", std::string(kBsp) + " --set worker.device=cuda --set worker.precision=bf16");
+  ASSERT_EQ(bf16.rc, 0) << bf16.output << bf16.worker0;
+  EXPECT_NE(bf16.worker0.find("(bf16 MLPs)"), std::string::npos) << bf16.worker0;
+  EXPECT_NEAR(JsonNumber(bf16.json, "auc"), JsonNumber(tf32.json, "auc"), 0.005) << bf16.json;
+  EXPECT_GT(JsonNumber(bf16.json, "auc"), 0.9 * JsonNumber(bf16.json, "oracle_auc")) << bf16.json;
+}
+
+// Two GPU workers on one host form an NCCL host group: each dense bucket is reduced (averaged) to
+// the owners of its chunks, each rank pushes and pulls only its server's chunks, and the
+// parameters are all-gathered by broadcast. In bsp that is exactly the CPU job's window mean over
+// both workers' pushes, so the models must agree as closely as two CPU runs do.
 TEST(GpuWorkerTest, TwoGpuHostGroupMatchesTheCpuJobInBsp) {
-  Launch gpu = LaunchJob("gpu2-bsp", std::string(kBsp) + " --set cluster.workers=2 --set worker.device=cuda");
+  Launch gpu = LaunchJob("gpu2-bsp", std::string(kBsp) + kSmallBuckets + " --set cluster.workers=2 --set worker.device=cuda");
   SKIP_WITHOUT_GPU(gpu);
   // worker-i.log is the launcher's i-th process; ranks follow registration order.
   std::string logs = gpu.worker0 + ReadFile(gpu.logs + "/worker-1.log");
   if (logs.find("share 1 visible GPUs") != std::string::npos) GTEST_SKIP() << "needs 2 GPUs";
-  EXPECT_NE(logs.find("NCCL host group, local rank 0 of 2"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("NCCL host group, local rank 0 of 2; pushes and pulls the dense chunks of 1 of 2 servers"),
+            std::string::npos) << logs;
   EXPECT_NE(logs.find("NCCL host group, local rank 1 of 2"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("reduced to their owners over NCCL"), std::string::npos) << logs;
   EXPECT_GT(JsonNumber(gpu.json, "time_nccl"), 0) << gpu.json;
-  Launch cpu = LaunchJob("cpu2-bsp", std::string(kBsp) + " --set cluster.workers=2 --set worker.device=cpu");
+  Launch cpu = LaunchJob("cpu2-bsp", std::string(kBsp) + kSmallBuckets + " --set cluster.workers=2 --set worker.device=cpu");
   ASSERT_EQ(cpu.rc, 0) << cpu.output;
   EXPECT_NEAR(JsonNumber(gpu.json, "auc"), JsonNumber(cpu.json, "auc"), 0.002) << gpu.json << "\n" << cpu.json;
 }
