@@ -188,8 +188,9 @@ struct StepInput {
   PinnedArray<uint64_t> h_ids, h_unique;
   PinnedArray<float> h_dense, h_labels, h_params;
   PinnedArray<int32_t> h_slots, h_count;
+  PinnedArray<int32_t> h_server_counts;  // several servers: distinct keys per server (h_unique is grouped)
   DeviceArray<uint64_t> d_ids, d_unique;
-  DeviceArray<int32_t> d_row_index, d_slots, d_count;
+  DeviceArray<int32_t> d_row_index, d_slots, d_count, d_server_counts;
   DeviceArray<float> d_dense, d_labels, d_params;
   // The cache misses of this step: planned by the planner stage, pulled by the puller stage.
   std::vector<uint64_t> miss_keys;
@@ -361,6 +362,7 @@ class GpuTrainer final : public TrainLoop {
   int dim_ = 0, num_sparse_ = 0, num_dense_features_ = 0, max_batch_ = 0;
   size_t num_params_ = 0, max_ids_ = 0;
   bool gate_pulls_ = false;  // bsp/ssp: a step's pulls wait until the previous step's pushes are sent
+  int num_servers_ = 1;
   int pullers_n_ = 2;        // worker.pull_threads
   int ring_ = 4;             // 2 + pullers_n_ steps in flight
 
@@ -494,7 +496,10 @@ Status GpuTrainer::Init() {
   OSPREY_RETURN_IF_ERROR(InitHostGroup());
   OSPREY_RETURN_IF_ERROR(PlanBuckets());
   OSPREY_RETURN_IF_ERROR(d_cache_.Allocate(copt.capacity_rows * dim_, "row cache"));
-  workspace_bytes_ = cuda::DedupeWorkspaceBytes(static_cast<int>(max_ids_));
+  // Dedupe and the grouping by server run one after the other on plan_stream_: one workspace.
+  num_servers_ = client_->shard_map().server_endpoints_size();
+  workspace_bytes_ = std::max(cuda::DedupeWorkspaceBytes(static_cast<int>(max_ids_)),
+                              num_servers_ > 1 ? cuda::GroupByServerWorkspaceBytes(static_cast<int>(max_ids_)) : 0);
   OSPREY_RETURN_IF_ERROR(d_workspace_.Allocate(workspace_bytes_, "dedupe workspace"));
   const size_t row_floats = max_ids_ * dim_;
   OSPREY_RETURN_IF_ERROR(d_rows_.Allocate(row_floats, "step rows"));
@@ -529,6 +534,8 @@ Status GpuTrainer::Init() {
     OSPREY_RETURN_IF_ERROR(in.h_params.Allocate(num_params_, "dense parameters"));
     OSPREY_RETURN_IF_ERROR(in.h_slots.Allocate(max_ids_, "slots"));
     OSPREY_RETURN_IF_ERROR(in.h_count.Allocate(1, "count"));
+    OSPREY_RETURN_IF_ERROR(in.h_server_counts.Allocate(num_servers_, "server counts"));
+    OSPREY_RETURN_IF_ERROR(in.d_server_counts.Allocate(num_servers_, "server counts"));
     OSPREY_RETURN_IF_ERROR(in.d_ids.Allocate(max_ids_, "ids"));
     OSPREY_RETURN_IF_ERROR(in.d_unique.Allocate(max_ids_, "keys"));
     OSPREY_RETURN_IF_ERROR(in.d_row_index.Allocate(max_ids_, "row index"));
@@ -700,6 +707,15 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   const int u = in->h_count[0];
   if (u < 0 || static_cast<size_t>(u) > ids) return Internal("device dedupe returned " + std::to_string(u) + " keys");
   in->num_unique = u;
+  if (num_servers_ > 1) {
+    // The pushes then send each server's keys and rows as one slice (Client::PushByServer).
+    OSPREY_RETURN_IF_ERROR(cuda::GroupKeysByServer(sparse_table_, num_servers_, in->d_unique.get(), u,
+                                                   in->d_row_index.get(), static_cast<int>(ids),
+                                                   in->d_server_counts.get(), d_workspace_.get(), workspace_bytes_,
+                                                   plan_stream_));
+    OSPREY_CUDA(cudaMemcpyAsync(in->h_server_counts.get(), in->d_server_counts.get(), num_servers_ * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, plan_stream_));
+  }
   OSPREY_CUDA(cudaMemcpyAsync(in->h_unique.get(), in->d_unique.get(), u * sizeof(uint64_t), cudaMemcpyDeviceToHost,
                               plan_stream_));
   // Also orders the copies above before anything the puller or the compute stream does.
@@ -1037,8 +1053,12 @@ Status GpuTrainer::PushStep(int64_t step) {
     const StageEvents& ev = stage_events_[b][stage];
     OSPREY_CUDA(cudaEventSynchronize(ev.done));
     if (stage == static_cast<int>(buckets_.size())) {
-      tickets.push_back(client_->Push(sparse_table_, in->h_unique.get(), in->num_unique, h_row_grad_[b].get(), step,
-                                      in->sparse_version));
+      tickets.push_back(num_servers_ > 1
+                            ? client_->PushByServer(sparse_table_, in->h_unique.get(), in->num_unique,
+                                                    h_row_grad_[b].get(), in->h_server_counts.get(), step,
+                                                    in->sparse_version)
+                            : client_->Push(sparse_table_, in->h_unique.get(), in->num_unique, h_row_grad_[b].get(),
+                                            step, in->sparse_version));
       continue;
     }
     if (host_group_) {

@@ -14,8 +14,10 @@
 //   read      batch t from reader threads that generate synthetic batches ahead
 //             (worker.data_threads; batch t is samples [t*B, (t+1)*B) of the worker's stream, as
 //             on the CPU) or read the Criteo file;
-//   dedupe    ids to the device, FeatureKeys deduped there (CUB radix sort), the distinct keys
-//             back to the host;
+//   dedupe    ids to the device, FeatureKeys deduped there (CUB radix sort) and grouped by the
+//             server that owns them (cuda::GroupKeysByServer), the distinct keys back to the
+//             host; the step's sparse push then sends each server one contiguous slice of keys
+//             and rows (Client::PushByServer) instead of hashing and partitioning on the host;
 //   cache     the hot-row cache (worker/cache/sharded_row_cache.h: worker.plan_threads shards
 //             of worker/cache/row_cache.h, planned in parallel) maps each distinct key to a slot
 //             of a device array [capacity x dim]; keys absent or pulled more than

@@ -105,6 +105,49 @@ TEST_F(ClientTest, DensePullOfASubsetOfServers) {
   EXPECT_NE(s.message().find("dense pull to table"), std::string::npos) << s.ToString();
 }
 
+// Keys grouped by owner go out as one slice per server and land exactly like a plain push;
+// counts that do not add up fail at once, and a key grouped under the wrong server is refused.
+TEST_F(ClientTest, PushByServerMatchesPush) {
+  const int dim = cluster_.map().tables(0).dim();
+  std::vector<uint64_t> keys(60);
+  std::iota(keys.begin(), keys.end(), 1000);
+  std::vector<float> g(keys.size() * dim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 97);
+  std::vector<float> before(g.size()), after(g.size()), via_push(g.size());
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), before.data())).ok());
+  // Grouped copy of keys and rows, stable within a server.
+  std::vector<uint64_t> grouped;
+  std::vector<float> grouped_g;
+  std::vector<int32_t> counts(3, 0);
+  for (int s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (ServerForKey(0, keys[i], 3) != s) continue;
+      grouped.push_back(keys[i]);
+      grouped_g.insert(grouped_g.end(), g.begin() + i * dim, g.begin() + (i + 1) * dim);
+      ++counts[s];
+    }
+  }
+  EXPECT_GT(*std::min_element(counts.begin(), counts.end()), 0);
+  ASSERT_TRUE(client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), counts.data()))
+                  .ok());
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), after.data())).ok());
+  ASSERT_TRUE(client_->Wait(client_->Push(0, keys.data(), keys.size(), g.data())).ok());
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), via_push.data())).ok());
+  for (size_t i = 0; i < g.size(); ++i) {
+    // The fixture's sparse table is plain SGD: each push moves a row by the same -lr * g.
+    EXPECT_FLOAT_EQ(via_push[i] - after[i], after[i] - before[i]) << "float " << i;
+    EXPECT_NE(after[i] == before[i], g[i] != 0.0f) << "float " << i;
+  }
+  std::vector<int32_t> short_counts = {counts[0], counts[1], counts[2] - 1};
+  Status s = client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), short_counts.data()));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("sum to"), std::string::npos) << s.ToString();
+  std::vector<int32_t> shifted = {counts[0] + 1, counts[1] - 1, counts[2]};  // server 1's first key sent to 0
+  s = client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), shifted.data()));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("belongs to server 1"), std::string::npos) << s.ToString();
+}
+
 TEST_F(ClientTest, WrongTableKindFailsImmediately) {
   float x[4];
   uint64_t k = 1;

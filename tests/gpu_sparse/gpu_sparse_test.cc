@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/placement.h"
 #include "worker/cuda/codec_kernels.h"
 #include "worker/cuda/sparse/sparse_kernels.h"
 #include "worker/data/batch.h"
@@ -315,6 +316,74 @@ void CheckGatherScatter(int n, int dim, int table_rows, int offset_floats) {
   }
   EXPECT_EQ(Download<float>(t, table_elems), want_table);  // rows not in slots unchanged
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// GroupKeysByServer after a dedupe: the keys must come out grouped by the host's ServerForKey in
+// server order, stable within a server, with counts that match, and every entry's row must still
+// be its own key.
+void ExpectGroupedLikeHost(int batch, int num_sparse, int num_servers, uint64_t seed) {
+  const data::Batch b = MakeBatch(batch, num_sparse, Ids::kZipf, seed);
+  const DedupeResult sorted = RunGpu(b, batch * num_sparse);
+  const int n = static_cast<int>(sorted.unique.size());
+  const int num_ids = static_cast<int>(b.ids.size());
+  DeviceBuffer keys = Upload(sorted.unique), rows = Upload(sorted.row_index);
+  DeviceBuffer counts = Poisoned(sizeof(int32_t) * num_servers);
+  const size_t ws_bytes = GroupByServerWorkspaceBytes(n);
+  ASSERT_GT(ws_bytes, 0u);
+  DeviceBuffer ws = Poisoned(ws_bytes);
+  const uint32_t table = 3;
+  Status st = GroupKeysByServer(table, num_servers, keys.as<uint64_t>(), n, rows.as<int32_t>(), num_ids,
+                                counts.as<int32_t>(), ws.data(), ws_bytes, nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint64_t> grouped = Download<uint64_t>(keys.data(), n);
+  const std::vector<int32_t> row_index = Download<int32_t>(rows.data(), num_ids);
+  const std::vector<int32_t> got_counts = Download<int32_t>(counts.data(), num_servers);
+  // The host's order: stable partition of the ascending keys by server.
+  std::vector<uint64_t> want;
+  std::vector<int32_t> want_counts(num_servers, 0);
+  for (int srv = 0; srv < num_servers; ++srv) {
+    for (uint64_t k : sorted.unique) {
+      if (ServerForKey(table, k, num_servers) == srv) {
+        want.push_back(k);
+        ++want_counts[srv];
+      }
+    }
+  }
+  EXPECT_EQ(grouped, want) << num_servers << " servers";
+  EXPECT_EQ(got_counts, want_counts);
+  size_t bad = 0;
+  for (int i = 0; i < num_ids; ++i) {
+    const int32_t r = row_index[i];
+    const bool ok = r >= 0 && r < n && grouped[r] == sorted.unique[sorted.row_index[i]];
+    if (!ok && bad++ < 5) ADD_FAILURE() << "entry " << i << ": row " << r;
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(GpuSparseGroupTest, KeysGroupedByServerExactlyAsTheHostPlacesThem) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  ExpectGroupedLikeHost(4096, 26, 16, 11);
+  ExpectGroupedLikeHost(1000, 3, 1, 12);
+  ExpectGroupedLikeHost(2048, 26, 7, 13);
+  ExpectGroupedLikeHost(512, 26, 300, 14);
+}
+
+TEST(GpuSparseGroupTest, ArgumentErrors) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  DeviceBuffer keys = Poisoned(64), counts = Poisoned(64), rows = Poisoned(64), ws = Poisoned(16);
+  Status st = GroupKeysByServer(0, 0, keys.as<uint64_t>(), 4, rows.as<int32_t>(), 4, counts.as<int32_t>(), ws.data(),
+                                1 << 20, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("num_servers 0"), std::string::npos) << st.ToString();
+  st = GroupKeysByServer(0, 4, keys.as<uint64_t>(), 4, rows.as<int32_t>(), 4, counts.as<int32_t>(), ws.data(), 16,
+                         nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("GroupByServerWorkspaceBytes"), std::string::npos) << st.ToString();
+  // No keys: only the counts are zeroed.
+  st = GroupKeysByServer(0, 4, nullptr, 0, nullptr, 0, counts.as<int32_t>(), nullptr, 0, nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(Download<int32_t>(counts.data(), 4), std::vector<int32_t>(4, 0));
 }
 
 TEST(GpuSparseRowsTest, GatherAndScatterMatchHostLoop) {

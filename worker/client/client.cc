@@ -297,6 +297,47 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   return ticket;
 }
 
+Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, const float* grads, const int32_t* counts,
+                            int64_t clock, uint64_t version) {
+  Status bad = CheckTable(table, /*sparse=*/true);
+  const int num_servers = static_cast<int>(peers_.size());
+  if (bad.ok()) {
+    uint64_t sum = 0;
+    for (int s = 0; s < num_servers; ++s) {
+      if (counts[s] < 0) {
+        bad = InvalidArgument("push by server to table '" + map_.tables(table).name() + "': server " +
+                              std::to_string(s) + " has a negative count " + std::to_string(counts[s]));
+        break;
+      }
+      sum += static_cast<uint64_t>(counts[s]);
+    }
+    if (bad.ok() && sum != n) {
+      bad = InvalidArgument("push by server to table '" + map_.tables(table).name() + "': the server counts sum to " +
+                            std::to_string(sum) + ", not to the " + std::to_string(n) + " keys");
+    }
+  }
+  Ticket ticket = NewTicket(proto::OP_PUSH_SPARSE, table, bad);
+  if (!bad.ok() || n == 0) return ticket;
+  const size_t dim = map_.tables(table).dim();
+  proto::Header h;
+  h.set_op(proto::OP_PUSH_SPARSE);
+  h.set_table(table);
+  h.set_clock(clock);
+  h.set_version(version);
+  size_t first = 0;
+  for (int s = 0; s < num_servers; ++s) {
+    const size_t count = static_cast<size_t>(counts[s]);
+    if (count == 0) continue;
+    auto part = std::make_unique<Part>();
+    part->op = proto::OP_PUSH_SPARSE;
+    part->table = table;
+    SendPart(ticket, s, h, Buffer::Copy(keys + first, count * sizeof(uint64_t)),
+             Buffer::Copy(grads + first * dim, count * dim * sizeof(float)), std::move(part));
+    first += count;
+  }
+  return ticket;
+}
+
 Ticket Client::PullDense(uint32_t table, float* out, int64_t clock) {
   return SendDense(proto::OP_PULL_DENSE, table, nullptr, nullptr, out, clock, 0);
 }

@@ -86,6 +86,14 @@ class Client {
   // `version` the parameter version this gradient was computed from (for staleness).
   Ticket Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
               int64_t clock = 0, uint64_t version = 0);
+  // Push with the keys already grouped by owner (as common/placement.h's ServerForKey places them,
+  // e.g. cuda::GroupKeysByServer): keys[0, counts[0]) belong to server 0, the next counts[1] to
+  // server 1, and so on (`counts` has one entry per server and sums to n). Each server's keys and
+  // rows are sent as one contiguous slice: no hashing and no per-row copies here. Same semantics
+  // as Push otherwise. Counts that do not sum to n fail the ticket (InvalidArgument); a key sent
+  // to a server that does not own it is refused by that server (FailedPrecondition naming it).
+  Ticket PushByServer(uint32_t table, const uint64_t* keys, size_t n, const float* grads, const int32_t* counts,
+                      int64_t clock = 0, uint64_t version = 0);
   // Dense: the whole table (table size floats).
   Ticket PullDense(uint32_t table, float* out, int64_t clock = 0);
   // The same into a Buffer, without a client-side copy where it can: after Wait() returns OK,

@@ -68,4 +68,26 @@ Status GatherRows(const float* d_table, const int32_t* d_slots, int n, int dim, 
 // unspecified. Same preconditions, vectorization and errors as GatherRows.
 Status ScatterRows(const float* d_in, const int32_t* d_slots, int n, int dim, float* d_table, void* stream);
 
+// Bytes of device workspace GroupKeysByServer needs for up to max_keys keys on the current device
+// (any num_servers); 0 when max_keys < 1 or no usable device is there.
+size_t GroupByServerWorkspaceBytes(int max_keys);
+
+// Orders a step's distinct keys by the server that owns them, so the client can send each
+// server's keys and gradient rows as one contiguous slice (Client::PushByServer) instead of
+// hashing and partitioning them on the host. The owner of a key is ServerForKey(table, key,
+// num_servers) of common/placement.h, computed on the device bit for bit as on the host. On the
+// stream:
+//   d_keys[0, n)              reordered: server 0's keys first, then server 1's, ...; stable
+//                             (keys of one server keep their relative order)
+//   d_row_index[0, num_ids)   each entry renumbered to its key's new position (the mapping of
+//                             DedupeFeatureKeys stays valid for the reordered keys)
+//   d_server_counts[s]        keys owned by server s, for s < num_servers
+// Work: one hash kernel (which also counts), one radix sort of (server, position) over
+// ceil(log2 num_servers) bits, one permute kernel, one renumber kernel; no host synchronization.
+// Errors (InvalidArgument): num_servers outside [1, 65536], n or num_ids < 0, a null pointer
+// (d_keys / d_row_index / d_workspace only when n > 0), workspace_bytes below what n keys need.
+Status GroupKeysByServer(uint32_t table, int num_servers, uint64_t* d_keys, int n, int32_t* d_row_index,
+                         int num_ids, int32_t* d_server_counts, void* d_workspace, size_t workspace_bytes,
+                         void* stream);
+
 }  // namespace osprey::cuda
