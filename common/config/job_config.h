@@ -97,7 +97,7 @@ struct WorkerSection {
   bool prefetch = true;        // GPU: prepare step t+1 (data, dedupe, cache, pulls) during step t
   int data_threads = 2;        // GPU: threads generating synthetic batches ahead
   int plan_threads = 4;        // GPU: threads planning the row cache (its index is sharded by key)
-  int pull_threads = 2;        // GPU: threads pulling consecutive steps' misses concurrently
+  int pull_threads = 3;        // GPU: threads pulling consecutive steps' misses concurrently
   bool nccl = true;            // GPU workers on one host reduce dense gradients over NCCL and
                                // each pushes and pulls only the servers it owns (gpu_trainer.h)
   uint64_t dense_bucket_bytes = 2 << 20;  // GPU: dense gradient buckets (whole chunks of the
