@@ -88,16 +88,29 @@ class PinnedArray {
 // Batches of steps 0, 1, 2, ... made ahead of time. Synthetic data: `threads` generators of the
 // worker's stream, generator j making steps j, j + threads, ... (batch t is samples
 // [t*B, (t+1)*B), as in the CPU loop). Other sources: one thread over the DataSource.
+// With a pool (synthetic data, worker.data_pool_batches = P > 0) the generators make batches
+// 0 .. P-1 once, in Start, and step t gets a copy of batch t % P.
 class BatchReader {
  public:
-  BatchReader(const config::JobConfig& job, int rank, int num_workers, int threads)
+  BatchReader(const config::JobConfig& job, int rank, int num_workers, int threads, int pool)
       : job_(job), rank_(rank), num_workers_(num_workers),
-        threads_(job.data.source == "synthetic" ? threads : 1), slots_(2 * threads_) {}
+        threads_(job.data.source == "synthetic" ? threads : 1), slots_(2 * threads_),
+        pool_(job.data.source == "synthetic" ? static_cast<size_t>(pool) : 0) {}
 
   ~BatchReader() { Stop(); }
 
-  void Start() {
+  // Starts the generators; with a pool, returns once the pool is made (or its first error).
+  Status Start() {
+    if (!pool_.empty()) {
+      std::vector<Status> errors(threads_);
+      for (int j = 0; j < threads_; ++j) workers_.emplace_back([this, j, &errors] { errors[j] = FillPool(j); });
+      for (auto& t : workers_) t.join();
+      workers_.clear();
+      for (const Status& e : errors) OSPREY_RETURN_IF_ERROR(e);
+      return Status::OK();
+    }
     for (int j = 0; j < threads_; ++j) workers_.emplace_back([this, j] { Produce(j); });
+    return Status::OK();
   }
 
   void Stop() {
@@ -113,6 +126,10 @@ class BatchReader {
   // The batch of `step` (taken in order 0, 1, 2, ...), swapped into *out. OutOfRange when a
   // finite source ended.
   Status Take(int64_t step, data::Batch* out) {
+    if (!pool_.empty()) {
+      *out = pool_[step % pool_.size()];  // reuses out's capacity: no allocation after the first laps
+      return Status::OK();
+    }
     std::unique_lock<std::mutex> lock(mu_);
     Slot& slot = slots_[step % slots_.size()];
     cv_.wait(lock, [&] { return slot.step == step || stop_; });
@@ -131,6 +148,16 @@ class BatchReader {
     data::Batch batch;
     Status status;
   };
+
+  Status FillPool(int j) {
+    OSPREY_ASSIGN_OR_RETURN(auto gen, data::SyntheticGenerator::Make(job_.data.synthetic, static_cast<uint64_t>(rank_)));
+    const int b = job_.train.batch_size;
+    for (size_t t = j; t < pool_.size(); t += threads_) {
+      gen->SeekToSample(static_cast<uint64_t>(t) * b);
+      gen->NextBatch(b, &pool_[t]);
+    }
+    return Status::OK();
+  }
 
   void Produce(int j) {
     std::unique_ptr<data::SyntheticGenerator> gen;
@@ -172,6 +199,7 @@ class BatchReader {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;     // GUARDED_BY(mu_)
+  std::vector<data::Batch> pool_;  // filled by Start, read-only afterwards
   int64_t next_take_ = 0;       // GUARDED_BY(mu_)
   bool stop_ = false;           // GUARDED_BY(mu_)
   std::vector<std::thread> workers_;
@@ -452,10 +480,13 @@ Status GpuTrainer::Init() {
   }
   int plan_threads = job_.worker.plan_threads;
   if (copt.capacity_rows == 0) {
-    // No reuse: room for the steps in flight. One shard: its hash spread would need headroom.
+    // No reuse: room for the steps in flight, plus a quarter for the uneven spread of keys over
+    // the shards (each shard's load is within a few sqrt(load) of the mean; a quarter is ample
+    // from a few thousand keys per shard on, and one shard needs none).
     copt.capacity_rows = ring_ * max_ids_;
+    if (plan_threads > 1 && max_ids_ >= 4096) copt.capacity_rows += copt.capacity_rows / 4;
+    else plan_threads = 1;
     copt.staleness_bound = 0;
-    plan_threads = 1;
   } else if (cc.staleness_bound >= 0) {
     copt.staleness_bound = cc.staleness_bound;
   } else {
@@ -556,7 +587,15 @@ Status GpuTrainer::Init() {
     OSPREY_ASSIGN_OR_RETURN(compressor_, DenseCompressor::Create(job_.tables[dense_index].codec, rank_ + 1));
     client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
   }
-  reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, job_.worker.data_threads);
+  reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, job_.worker.data_threads,
+                                         job_.worker.data_pool_batches);
+  if (job_.worker.data_pool_batches > 0) {  // made before training starts, outside its time
+    if (job_.data.source != "synthetic") {
+      return InvalidArgument("worker.data_pool_batches: only synthetic data can be pooled, not '" + job_.data.source +
+                             "'");
+    }
+    OSPREY_RETURN_IF_ERROR(reader_->Start());
+  }
   std::vector<float> init(num_params_);
   cpu_model_->InitDense(job_.model.seed, init.data());
   return client_->Wait(client_->InitDense(dense_table_, init.data()));
@@ -1095,7 +1134,7 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   OSPREY_CUDA(cudaSetDevice(device_));
   auto start = Clock::now();
   const int64_t steps = job_.train.steps;
-  reader_->Start();
+  if (job_.worker.data_pool_batches == 0) OSPREY_RETURN_IF_ERROR(reader_->Start());
   const bool prefetch = job_.worker.prefetch;
   if (prefetch) {
     planner_ = std::thread([this, steps] { PlannerLoop(steps); });

@@ -117,6 +117,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("precision", &job->worker.precision, {"fp32", "tf32", "bf16"});
     s.Get("prefetch", &job->worker.prefetch);
     s.Get("data_threads", &job->worker.data_threads, 1, 64);
+    s.Get("data_pool_batches", &job->worker.data_pool_batches, 0, 1 << 16);
     s.Get("plan_threads", &job->worker.plan_threads, 1, 64);
     s.Get("pull_threads", &job->worker.pull_threads, 1, 8);
     s.Get("nccl", &job->worker.nccl);

@@ -96,6 +96,10 @@ struct WorkerSection {
                                    // (bf16 operands, fp32 accumulation and master weights)
   bool prefetch = true;        // GPU: prepare step t+1 (data, dedupe, cache, pulls) during step t
   int data_threads = 2;        // GPU: threads generating synthetic batches ahead
+  int data_pool_batches = 0;   // GPU, synthetic data: > 0 makes that many batches before training
+                               // and reuses them round-robin (as the PyTorch reference does), so a
+                               // throughput benchmark does not measure the generator; 0: fresh
+                               // samples every step
   int plan_threads = 4;        // GPU: threads planning the row cache (its index is sharded by key)
   int pull_threads = 3;        // GPU: threads pulling consecutive steps' misses concurrently
   bool nccl = true;            // GPU workers on one host reduce dense gradients over NCCL and

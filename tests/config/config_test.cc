@@ -141,7 +141,7 @@ TEST(JobConfigTest, WorkerSectionIsValidated) {
   auto job = ParseJobConfig(kMinimal, "test.yaml",
                             {"worker.device=auto", "worker.gpu=1", "worker.nccl=false",
                              "worker.cache.capacity_fraction=0.1", "worker.cache.staleness_bound=3",
-                             "worker.precision=bf16", "worker.plan_threads=8", "worker.pull_threads=3", "worker.dense_bucket_bytes=524288"});
+                             "worker.precision=bf16", "worker.plan_threads=8", "worker.pull_threads=3", "worker.data_pool_batches=64", "worker.dense_bucket_bytes=524288"});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->worker.device, "auto");
   EXPECT_EQ(job->worker.gpu, 1);
@@ -151,6 +151,8 @@ TEST(JobConfigTest, WorkerSectionIsValidated) {
   EXPECT_EQ(job->worker.precision, "bf16");
   EXPECT_EQ(job->worker.plan_threads, 8);
   EXPECT_EQ(job->worker.pull_threads, 3);
+  EXPECT_EQ(job->worker.data_pool_batches, 64);
+  ExpectError(kMinimal, {"worker.data_pool_batches=-1"}, "worker.data_pool_batches: value -1 is out of range");
   ExpectError(kMinimal, {"worker.pull_threads=9"}, "worker.pull_threads: value 9 is out of range");
   EXPECT_EQ(job->worker.dense_bucket_bytes, 524288u);
   ExpectError(kMinimal, {"worker.precision=fp16"}, "worker.precision: 'fp16' is not one of");

@@ -140,6 +140,17 @@ TEST(GpuWorkerTest, SmallDenseBucketsAndThreePullersGiveTheSameModelInBsp) {
   EXPECT_NEAR(JsonNumber(one.json, "logloss"), JsonNumber(many.json, "logloss"), 0.001);
 }
 
+// A pool as large as the run serves step t batch t % pool = t: exactly the fresh stream.
+TEST(GpuWorkerTest, DataPoolAsLongAsTheRunIsTheFreshStream) {
+  Launch fresh = LaunchJob("gpu-fresh", std::string(kBsp) + " --set worker.device=cuda");
+  SKIP_WITHOUT_GPU(fresh);
+  Launch pooled = LaunchJob("gpu-pool", std::string(kBsp) + " --set worker.device=cuda --set worker.data_pool_batches=1000");
+  ASSERT_EQ(pooled.rc, 0) << pooled.output << pooled.worker0;
+  EXPECT_NEAR(JsonNumber(pooled.json, "auc"), JsonNumber(fresh.json, "auc"), 0.001);
+  EXPECT_NEAR(JsonNumber(pooled.json, "logloss"), JsonNumber(fresh.json, "logloss"), 0.001);
+  EXPECT_EQ(JsonNumber(pooled.json, "rows_pulled"), JsonNumber(fresh.json, "rows_pulled"));
+}
+
 // bf16 MLP products (fp32 accumulation, fp32 master weights on the servers) must train as well as
 // tf32 on the planted data.
 TEST(GpuWorkerTest, Bf16MlpsTrainLikeTf32) {
