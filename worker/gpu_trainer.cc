@@ -123,13 +123,16 @@ class BatchReader {
     workers_.clear();
   }
 
-  // The batch of `step` (taken in order 0, 1, 2, ...), swapped into *out. OutOfRange when a
-  // finite source ended.
-  Status Take(int64_t step, data::Batch* out) {
+  // The batch of `step` (taken in order 0, 1, 2, ...): *batch points to it, valid until the next
+  // Take. It is swapped into *scratch, or with a pool is the pool's own (read-only) batch, not a
+  // copy. OutOfRange when a finite source ended.
+  Status Take(int64_t step, data::Batch* scratch, const data::Batch** batch) {
     if (!pool_.empty()) {
-      *out = pool_[step % pool_.size()];  // reuses out's capacity: no allocation after the first laps
+      *batch = &pool_[step % pool_.size()];
       return Status::OK();
     }
+    *batch = scratch;
+    data::Batch* out = scratch;
     std::unique_lock<std::mutex> lock(mu_);
     Slot& slot = slots_[step % slots_.size()];
     cv_.wait(lock, [&] { return slot.step == step || stop_; });
@@ -716,9 +719,10 @@ Status GpuTrainer::PlanBuckets() {
 // Device work goes to plan_stream_.
 Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   auto t0 = Clock::now();
-  OSPREY_RETURN_IF_ERROR(reader_->Take(step, &in->host));
+  const data::Batch* batch = nullptr;
+  OSPREY_RETURN_IF_ERROR(reader_->Take(step, &in->host, &batch));
   times_.read += Since(t0);
-  const data::Batch& b = in->host;
+  const data::Batch& b = *batch;
   if (b.size > max_batch_ || b.num_sparse != num_sparse_ || b.num_dense != num_dense_features_) {
     return InvalidArgument("step " + std::to_string(step) + ": batch of " + std::to_string(b.size) + " samples with " +
                            std::to_string(b.num_sparse) + " sparse / " + std::to_string(b.num_dense) +
