@@ -293,23 +293,33 @@ TEST(ClientSingleServerTest, BulkPathKeepsKeyOrderAndDuplicates) {
 namespace osprey::worker {
 namespace {
 
-// The GPU host group's pattern in bsp: both workers pull the dense table every clock, only the
-// owner pushes it. The window of a clock must close once both have moved on (pulled the next
-// clock), so the next clock's pulls are answered.
-TEST(ClientBspHostGroupTest, DenseWindowClosesWhenOnlyOneWorkerPushes) {
+std::vector<config::TableConfig> BspTables() {
   std::vector<config::TableConfig> tables = testing::TestTables();
   for (auto& t : tables) t.consistency.mode = "bsp";
-  testing::InprocCluster cluster(2, tables);
-  ASSERT_TRUE(cluster.ActivateAll().ok());
-  for (int s = 0; s < 2; ++s) cluster.server(s).SetLiveWorkers({0, 1});
-  std::unique_ptr<Client> c[2];
+  return tables;
+}
+
+// Workers 0 and 1, both live on both servers of `cluster`.
+void StartTwoBspWorkers(testing::InprocCluster* cluster, std::unique_ptr<Client> (&c)[2]) {
+  ASSERT_TRUE(cluster->ActivateAll().ok());
+  for (int s = 0; s < 2; ++s) cluster->server(s).SetLiveWorkers({0, 1});
   for (int w = 0; w < 2; ++w) {
     ClientOptions o;
     o.worker_rank = w;
     o.timeout_ms = 3000;
-    c[w] = std::make_unique<Client>(o, cluster.NewTransport(), cluster.map());
+    c[w] = std::make_unique<Client>(o, cluster->NewTransport(), cluster->map());
     ASSERT_TRUE(c[w]->Start().ok());
   }
+}
+
+// The GPU host group's pattern in bsp: both workers pull the dense table every clock, only the
+// owner pushes it. The window of a clock must close once both have moved on (pulled the next
+// clock), so the next clock's pulls are answered.
+TEST(ClientBspHostGroupTest, DenseWindowClosesWhenOnlyOneWorkerPushes) {
+  testing::InprocCluster cluster(2, BspTables());
+  std::unique_ptr<Client> c[2];
+  StartTwoBspWorkers(&cluster, c);
+  if (::testing::Test::HasFatalFailure()) return;
   std::vector<float> init(10, 0.0f), g(10, 1.0f), out0(10), out1(10);
   ASSERT_TRUE(c[0]->Wait(c[0]->InitDense(1, init.data())).ok());
   for (int64_t clock = 0; clock < 4; ++clock) {
@@ -327,19 +337,10 @@ TEST(ClientBspHostGroupTest, DenseWindowClosesWhenOnlyOneWorkerPushes) {
 // clock-only pull carries the non-owner's progress), and a clock-only pull must be held like a
 // real one until its clock is ready.
 TEST(ClientBspHostGroupTest, SlicePullsWithClockOnlyPullsKeepWindowsClosing) {
-  std::vector<config::TableConfig> tables = testing::TestTables();
-  for (auto& t : tables) t.consistency.mode = "bsp";
-  testing::InprocCluster cluster(2, tables);
-  ASSERT_TRUE(cluster.ActivateAll().ok());
-  for (int s = 0; s < 2; ++s) cluster.server(s).SetLiveWorkers({0, 1});
+  testing::InprocCluster cluster(2, BspTables());
   std::unique_ptr<Client> c[2];
-  for (int w = 0; w < 2; ++w) {
-    ClientOptions o;
-    o.worker_rank = w;
-    o.timeout_ms = 3000;
-    c[w] = std::make_unique<Client>(o, cluster.NewTransport(), cluster.map());
-    ASSERT_TRUE(c[w]->Start().ok());
-  }
+  StartTwoBspWorkers(&cluster, c);
+  if (::testing::Test::HasFatalFailure()) return;
   const proto::TableSpec& spec = cluster.map().tables(1);
   std::vector<float> init(spec.size(), 0.0f), g(spec.size(), 1.0f);
   std::vector<float> out[2] = {std::vector<float>(spec.size()), std::vector<float>(spec.size())};

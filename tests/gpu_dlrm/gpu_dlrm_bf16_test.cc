@@ -32,6 +32,9 @@
 namespace osprey::cuda {
 namespace {
 
+using testing::KaggleConfig;
+using testing::MakeDlrmConfig;
+
 using testing::Problem;
 using testing::ProblemOptions;
 using testing::Tolerance;
@@ -41,17 +44,7 @@ constexpr double kBf16KinkMargin = 2e-3;
 constexpr Tolerance kBf16Fp32Tolerance{/*normwise=*/true, /*rtol=*/2e-2, /*atol=*/0.0};
 constexpr double kFp32ModelKinkMargin = 2e-2;
 
-models::DlrmConfig Config(int num_dense, int num_sparse, int d, std::vector<int> bottom, std::vector<int> top) {
-  models::DlrmConfig c;
-  c.num_dense = num_dense;
-  c.num_sparse = num_sparse;
-  c.embedding_dim = d;
-  c.bottom_mlp = std::move(bottom);
-  c.top_mlp = std::move(top);
-  return c;
-}
 
-models::DlrmConfig KaggleConfig() { return Config(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1}); }
 
 ProblemOptions Bf16Options(uint64_t seed, uint64_t id_range = 1000) {
   ProblemOptions o = testing::MakeOptions(seed, kBf16KinkMargin, id_range);
@@ -86,11 +79,11 @@ TEST(GpuDlrmBf16Test, MatchesBf16ReferenceOnOddShapes) {
     int batch;
   };
   const Case cases[] = {
-      {Config(5, 3, 5, {7, 5}, {9, 4, 1}), 33},    // odd widths: unaligned bf16 rows and weights
-      {Config(13, 26, 8, {8}, {1}), 100},          // one-layer MLPs: no bf16 activation copies at all
-      {Config(2, 40, 32, {33, 32}, {17, 1}), 50},  // 820 pairs: top input 852, padded to 856 in bf16
-      {Config(6, 0, 4, {5, 4}, {3, 1}), 64},       // no sparse features
-      {Config(0, 5, 4, {6, 4}, {8, 1}), 64},       // no dense features: no dense cast, bias-only layer
+      {MakeDlrmConfig(5, 3, 5, {7, 5}, {9, 4, 1}), 33},    // odd widths: unaligned bf16 rows and weights
+      {MakeDlrmConfig(13, 26, 8, {8}, {1}), 100},          // one-layer MLPs: no bf16 activation copies at all
+      {MakeDlrmConfig(2, 40, 32, {33, 32}, {17, 1}), 50},  // 820 pairs: top input 852, padded to 856 in bf16
+      {MakeDlrmConfig(6, 0, 4, {5, 4}, {3, 1}), 64},       // no sparse features
+      {MakeDlrmConfig(0, 5, 4, {6, 4}, {8, 1}), 64},       // no dense features: no dense cast, bias-only layer
   };
   for (const Case& c : cases) {
     auto gpu = testing::MakeGpuOrFail(c.config, c.batch, MlpPrecision::kBf16);

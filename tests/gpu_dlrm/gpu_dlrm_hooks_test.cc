@@ -23,20 +23,14 @@
 namespace osprey::cuda {
 namespace {
 
+using testing::KaggleConfig;
+using testing::MakeDlrmConfig;
+
 using testing::LayerSpec;
 using testing::Problem;
 
 constexpr size_t kRows = std::numeric_limits<size_t>::max();  // a rows_ready call in a sequence
 
-models::DlrmConfig Config(int num_dense, int num_sparse, int d, std::vector<int> bottom, std::vector<int> top) {
-  models::DlrmConfig c;
-  c.num_dense = num_dense;
-  c.num_sparse = num_sparse;
-  c.embedding_dim = d;
-  c.bottom_mlp = std::move(bottom);
-  c.top_mlp = std::move(top);
-  return c;
-}
 
 // Top layers last to first, rows, bottom layers last to first: each layer's weight offset.
 std::vector<size_t> ExpectedSequence(const models::DlrmConfig& config) {
@@ -60,10 +54,10 @@ TEST(GpuDlrmHooksTest, CallsFollowTheLayoutAndLeaveResultsUnchanged) {
   OSPREY_DLRM_REQUIRE_GPU();
   const models::DlrmConfig configs[] = {
       models::DlrmConfig(),
-      Config(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1}),
-      Config(5, 3, 5, {7, 5}, {9, 4, 1}),
-      Config(0, 5, 4, {6, 4}, {8, 1}),  // bottom layer 0 has no weights: its W offset equals b's
-      Config(13, 26, 8, {8}, {1}),
+      MakeDlrmConfig(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1}),
+      MakeDlrmConfig(5, 3, 5, {7, 5}, {9, 4, 1}),
+      MakeDlrmConfig(0, 5, 4, {6, 4}, {8, 1}),  // bottom layer 0 has no weights: its W offset equals b's
+      MakeDlrmConfig(13, 26, 8, {8}, {1}),
   };
   for (const models::DlrmConfig& config : configs) {
     for (MlpPrecision precision : {MlpPrecision::kFp32, MlpPrecision::kBf16}) {
@@ -159,7 +153,7 @@ struct Mark {
 
 TEST(GpuDlrmHooksTest, AnnouncedRangesAreFinalAtTheHooksEvent) {
   OSPREY_DLRM_REQUIRE_GPU();
-  const models::DlrmConfig config = Config(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1});
+  const models::DlrmConfig config = MakeDlrmConfig(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1});
   const Problem p = testing::MakeProblemOrFail(config, 512, testing::MakeOptions(7, 0));
   const size_t num_params = p.params.size(), row_floats = p.rows.size();
   for (MlpPrecision precision : {MlpPrecision::kTf32, MlpPrecision::kBf16}) {

@@ -22,6 +22,9 @@
 namespace osprey::cuda {
 namespace {
 
+using testing::KaggleConfig;
+using testing::MakeDlrmConfig;
+
 using testing::kFp32Tolerance;
 using testing::kTf32Tolerance;
 using testing::Problem;
@@ -31,18 +34,7 @@ using testing::Tolerance;
 constexpr double kFp32KinkMargin = 1e-4;  // fp32 rounding moves pre-activations by ~1e-6 rms
 constexpr double kTf32KinkMargin = 5e-3;  // tf32 by ~5e-4 rms
 
-models::DlrmConfig Config(int num_dense, int num_sparse, int d, std::vector<int> bottom, std::vector<int> top) {
-  models::DlrmConfig c;
-  c.num_dense = num_dense;
-  c.num_sparse = num_sparse;
-  c.embedding_dim = d;
-  c.bottom_mlp = std::move(bottom);
-  c.top_mlp = std::move(top);
-  return c;
-}
 
-// The Criteo Kaggle shape of the DLRM benchmarks: top input 16 + 27 * 26 / 2 = 367.
-models::DlrmConfig KaggleConfig() { return Config(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1}); }
 
 std::unique_ptr<GpuDlrm> MakeGpu(const models::DlrmConfig& config, int max_batch, bool tf32) {
   return testing::MakeGpuOrFail(config, max_batch, tf32 ? MlpPrecision::kTf32 : MlpPrecision::kFp32);
@@ -87,11 +79,11 @@ TEST(GpuDlrmTest, MatchesCpuOnOddShapes) {
     int batch;
   };
   const Case cases[] = {
-      {Config(5, 3, 5, {7, 5}, {9, 4, 1}), 33},      // odd d; top_in 11 padded to 12; three top layers
-      {Config(13, 26, 8, {8}, {1}), 100},            // one-layer MLPs: the top is a single linear layer
-      {Config(2, 40, 32, {33, 32}, {17, 1}), 50},    // 41 vectors, 820 pairs: several per thread
-      {Config(6, 0, 4, {5, 4}, {3, 1}), 64},         // no sparse features: no pairs, no rows
-      {Config(0, 5, 4, {6, 4}, {8, 1}), 64},         // no dense features: the bottom MLP sees only biases
+      {MakeDlrmConfig(5, 3, 5, {7, 5}, {9, 4, 1}), 33},      // odd d; top_in 11 padded to 12; three top layers
+      {MakeDlrmConfig(13, 26, 8, {8}, {1}), 100},            // one-layer MLPs: the top is a single linear layer
+      {MakeDlrmConfig(2, 40, 32, {33, 32}, {17, 1}), 50},    // 41 vectors, 820 pairs: several per thread
+      {MakeDlrmConfig(6, 0, 4, {5, 4}, {3, 1}), 64},         // no sparse features: no pairs, no rows
+      {MakeDlrmConfig(0, 5, 4, {6, 4}, {8, 1}), 64},         // no dense features: the bottom MLP sees only biases
   };
   for (const Case& c : cases) {
     auto gpu = MakeGpu(c.config, c.batch, /*tf32=*/false);

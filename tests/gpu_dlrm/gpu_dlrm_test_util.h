@@ -32,6 +32,20 @@ struct Outputs {
   std::vector<float> predicted;  // Predict's probs (GPU runs only)
 };
 
+inline models::DlrmConfig MakeDlrmConfig(int num_dense, int num_sparse, int d, std::vector<int> bottom,
+                                         std::vector<int> top) {
+  models::DlrmConfig c;
+  c.num_dense = num_dense;
+  c.num_sparse = num_sparse;
+  c.embedding_dim = d;
+  c.bottom_mlp = std::move(bottom);
+  c.top_mlp = std::move(top);
+  return c;
+}
+
+// The Criteo Kaggle shape of the DLRM benchmarks: top input 16 + 27 * 26 / 2 = 367.
+inline models::DlrmConfig KaggleConfig() { return MakeDlrmConfig(13, 26, 16, {512, 256, 64, 16}, {512, 256, 1}); }
+
 inline Problem MakeProblemOrFail(const models::DlrmConfig& config, int batch, const ProblemOptions& options) {
   Problem p;
   std::string error;

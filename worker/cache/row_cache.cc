@@ -285,17 +285,24 @@ Status RowCache::Plan(int64_t step, const uint64_t* keys, size_t n, int32_t* slo
   return Status::OK();
 }
 
-Status RowCache::PreparePlan(int64_t step, const uint64_t* keys, size_t n, int32_t* slots,
-                             std::vector<uint64_t>* miss_keys, std::vector<int32_t>* miss_slots) {
-  pending_.valid = false;
+Status RowCache::CheckPlanArguments(int64_t step, int64_t last_step, const uint64_t* keys, size_t n,
+                                    const int32_t* slots, const std::vector<uint64_t>* miss_keys,
+                                    const std::vector<int32_t>* miss_slots) {
   if (step < 0) return InvalidArgument("row cache: step must be >= 0, got " + std::to_string(step));
-  if (step < last_step_) {
+  if (step < last_step) {
     return InvalidArgument("row cache: step " + std::to_string(step) + " planned after step " +
-                           std::to_string(last_step_) + "; steps must be non-decreasing");
+                           std::to_string(last_step) + "; steps must be non-decreasing");
   }
   if (miss_keys == nullptr || miss_slots == nullptr || (n > 0 && (keys == nullptr || slots == nullptr))) {
     return InvalidArgument("row cache: Plan needs non-null keys, slots, miss_keys and miss_slots");
   }
+  return Status::OK();
+}
+
+Status RowCache::PreparePlan(int64_t step, const uint64_t* keys, size_t n, int32_t* slots,
+                             std::vector<uint64_t>* miss_keys, std::vector<int32_t>* miss_slots) {
+  pending_.valid = false;
+  OSPREY_RETURN_IF_ERROR(CheckPlanArguments(step, last_step_, keys, n, slots, miss_keys, miss_slots));
   miss_keys->clear();
   miss_slots->clear();
   if (++epoch_ == 0) {  // wrapped: old marks could alias the new epoch

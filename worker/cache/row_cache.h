@@ -76,6 +76,13 @@ class alignas(64) RowCache {
   // "RowCacheOptions.capacity_rows must be in [1, 2^31), got 0".
   static StatusOr<std::unique_ptr<RowCache>> Make(const RowCacheOptions& options);
 
+  // The argument checks of Plan, for a cache whose last planned step is last_step (-1: none):
+  // InvalidArgument for a negative or decreasing step or a null array Plan needs. Shared with
+  // ShardedRowCache so both report the same errors.
+  static Status CheckPlanArguments(int64_t step, int64_t last_step, const uint64_t* keys, size_t n,
+                                   const int32_t* slots, const std::vector<uint64_t>* miss_keys,
+                                   const std::vector<int32_t>* miss_slots);
+
   RowCache(const RowCache&) = delete;
   RowCache& operator=(const RowCache&) = delete;
 

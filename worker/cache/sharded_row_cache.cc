@@ -115,15 +115,8 @@ int ShardedRowCache::ShardOf(uint64_t key) const { return ShardOfHash(data::Mix6
 Status ShardedRowCache::CheckArguments(int64_t step, const uint64_t* keys, size_t n, int32_t* slots,
                                        const std::vector<uint64_t>* miss_keys,
                                        const std::vector<int32_t>* miss_slots) const {
-  // RowCache's messages, so that callers see the same errors whatever P is.
-  if (step < 0) return InvalidArgument("row cache: step must be >= 0, got " + std::to_string(step));
-  if (step < last_step_) {
-    return InvalidArgument("row cache: step " + std::to_string(step) + " planned after step " +
-                           std::to_string(last_step_) + "; steps must be non-decreasing");
-  }
-  if (miss_keys == nullptr || miss_slots == nullptr || (n > 0 && (keys == nullptr || slots == nullptr))) {
-    return InvalidArgument("row cache: Plan needs non-null keys, slots, miss_keys and miss_slots");
-  }
+  // RowCache's checks and messages, so that callers see the same errors whatever P is.
+  OSPREY_RETURN_IF_ERROR(RowCache::CheckPlanArguments(step, last_step_, keys, n, slots, miss_keys, miss_slots));
   if (n >= (uint64_t{1} << 32)) {
     return InvalidArgument("sharded row cache: at most 2^32 - 1 keys per Plan, got " + std::to_string(n));
   }
