@@ -248,7 +248,7 @@ struct OwnedRange {
 struct DenseBucket {
   size_t begin = 0, end = 0;
   std::vector<OwnedRange> ranges;                  // host group: the reduce, one op per range
-  std::vector<std::pair<size_t, size_t>> own;      // (first, count): copied to the host by this rank
+  std::vector<OwnedRange> own;                     // copied to the host by this rank
   std::vector<bool> push_servers;                  // servers pushed once this bucket is on the host
   bool any_push = false;
 };
@@ -592,11 +592,8 @@ Status GpuTrainer::Init() {
   }
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, job_.worker.data_threads,
                                          job_.worker.data_pool_batches);
-  if (job_.worker.data_pool_batches > 0) {  // made before training starts, outside its time
-    if (job_.data.source != "synthetic") {
-      return InvalidArgument("worker.data_pool_batches: only synthetic data can be pooled, not '" + job_.data.source +
-                             "'");
-    }
+  if (job_.worker.data_pool_batches > 0) {  // made before training starts, outside its time (synthetic
+                                            // data only: the config loader checks)
     OSPREY_RETURN_IF_ERROR(reader_->Start());
   }
   std::vector<float> init(num_params_);
@@ -688,11 +685,7 @@ Status GpuTrainer::PlanBuckets() {
       const int root = host_group_ ? owner_of(c) : 0;
       if (host_group_) add(&b.ranges, first, count, root);
       if (!host_group_ || root == host_.local_rank) {
-        if (!b.own.empty() && b.own.back().first + b.own.back().second == first) {
-          b.own.back().second += count;
-        } else {
-          b.own.emplace_back(first, count);
-        }
+        add(&b.own, first, count, root);
         last_bucket[server_of(c)] = static_cast<int>(i);
       }
     }
@@ -1060,8 +1053,8 @@ Status GpuTrainer::CommStep(int64_t step) {
       }
 #endif
       OSPREY_CUDA(cudaEventRecord(ev.end, comm_stream_));
-      for (const auto& [first, count] : bucket.own) {
-        OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_[b].get() + first, d + first, count * sizeof(float),
+      for (const OwnedRange& g : bucket.own) {
+        OSPREY_CUDA(cudaMemcpyAsync(h_dense_grad_[b].get() + g.first, d + g.first, g.count * sizeof(float),
                                     cudaMemcpyDeviceToHost, comm_stream_));
       }
     }

@@ -34,13 +34,6 @@ std::string JsonString(const std::string& s) {
 
 }  // namespace
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
-}
-
 void PrintTable(const std::vector<BenchRow>& rows) {
   std::printf("%-22s %-5s %12s %8s %11s %9s %8s %12s %8s  %s\n", "codec", "dev", "n", "density", "median_ms", "GB/s",
               "sel/k", "baseline_ms", "speedup", "note");

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/stats.h"
 #include "common/status.h"
 
 namespace osprey::bench {
@@ -42,8 +43,6 @@ struct BenchRow {
 
   double gbps() const { return median_ms > 0 ? bytes / (median_ms * 1e6) : 0; }
 };
-
-double Median(std::vector<double> v);
 
 // Prints an aligned table (one line per row) to stdout.
 void PrintTable(const std::vector<BenchRow>& rows);

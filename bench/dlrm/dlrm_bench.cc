@@ -29,8 +29,11 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/stats.h"
 
 namespace {
+
+using osprey::Median;
 
 // Runs argv with stdout+stderr appended to `log`; returns the exit status (or 128 + signal).
 int RunProcess(const std::vector<std::string>& argv, const std::string& log) {
@@ -104,12 +107,6 @@ struct CaseResult {
   bool ok = true;
   std::string failure;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 std::string Num(double v, const char* fmt) {
   if (!std::isfinite(v)) return "n/a";

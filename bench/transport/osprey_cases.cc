@@ -74,12 +74,6 @@ const char* BenchOpName(BenchOp op) {
   return "unknown";
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options) {
   if (options.runs <= 0 || !(options.min_run_s > 0)) {
     return InvalidArgument("runs and min_run_s must be positive");

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/stats.h"
 #include "common/status.h"
 #include "proto/wire.h"
 #include "worker/client/client.h"
@@ -57,8 +58,6 @@ struct OpTiming {
 // Runs `op` as described above. Returns the first error `op` returns.
 StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options);
 
-// The median of `v` (the mean of the middle two for an even count). Precondition: !v.empty().
-double Median(std::vector<double> v);
 
 class OspreyBench {
  public:

@@ -20,6 +20,7 @@
 #include "bench/transport_raw/raw_zmq_bench.h"
 #include "bench/transport_raw/transport_echo_bench.h"
 #include "common/malloc_tuning.h"
+#include "common/stats.h"
 
 namespace osprey::bench {
 namespace {
@@ -35,11 +36,6 @@ std::string SizeName(size_t b) {
   if (b >= (1 << 20)) return std::to_string(b >> 20) + " MiB";
   if (b >= 1024) return std::to_string(b >> 10) + " KiB";
   return std::to_string(b) + " B";
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Summary {

@@ -138,6 +138,10 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
 Status Resolve(JobConfig* job) {
   const std::string& file = job->file;
   if (job->tables.empty()) return InvalidArgument(file + ": tables: at least one table is required");
+  if (job->worker.data_pool_batches > 0 && job->data.source != "synthetic") {
+    return InvalidArgument(file + ": worker.data_pool_batches: only synthetic data can be pooled, not data.source '" +
+                           job->data.source + "'");
+  }
   for (size_t i = 0; i < job->tables.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (job->tables[i].name == job->tables[j].name) {

@@ -34,6 +34,7 @@
 #include "worker/cache/sharded_row_cache.h"
 #include "worker/data/random.h"
 #include "worker/data/zipf.h"
+#include "common/stats.h"
 
 namespace osprey::worker {
 namespace {
@@ -63,11 +64,6 @@ struct Result {
   double hit_rate = 0, evictions_per_step = 0;
   std::string error;
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 double NowMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();

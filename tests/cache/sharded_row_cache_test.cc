@@ -49,14 +49,7 @@ void ExpectSamePlan(const Planned& a, const Planned& b) {
 
 RowCacheStats SumOfShards(const ShardedRowCache& cache) {
   RowCacheStats sum;
-  for (int j = 0; j < cache.num_shards(); ++j) {
-    const RowCacheStats s = cache.shard_stats(j);
-    sum.lookups += s.lookups;
-    sum.hits += s.hits;
-    sum.misses_absent += s.misses_absent;
-    sum.misses_stale += s.misses_stale;
-    sum.evictions += s.evictions;
-  }
+  for (int j = 0; j < cache.num_shards(); ++j) sum += cache.shard_stats(j);
   return sum;
 }
 

@@ -1,5 +1,5 @@
-// Helpers of the CUDA codec tests: skip without a device, move vectors to and from the device,
-// and compute the CPU reference of one error-feedback step.
+// Helpers of the CUDA codec tests: skip without a device (vectors to and from the device come
+// from tests/testing/cuda_buffers.h), and compute the CPU reference of one error-feedback step.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include "common/codec/dense_codecs.h"
 #include "common/codec/radix_select.h"
 #include "tests/codec/codec_test_util.h"
+#include "tests/testing/cuda_buffers.h"
 #include "worker/cuda/codec_kernels.h"
 
 // Every GPU test starts with this: on a machine without a device the test is skipped, not failed.
@@ -21,25 +22,6 @@
   } while (0)
 
 namespace osprey::cuda::testing {
-
-template <typename T>
-DeviceBuffer Upload(const std::vector<T>& v, size_t extra_elements = 0) {
-  auto buf = DeviceBuffer::Allocate(sizeof(T) * (v.size() + extra_elements) + 16);
-  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
-  if (!v.empty()) {
-    EXPECT_EQ(cudaMemcpy(buf->data(), v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  return std::move(buf).value();
-}
-
-template <typename T>
-std::vector<T> Download(const void* d, size_t n) {
-  std::vector<T> v(n);
-  if (n) {
-    EXPECT_EQ(cudaMemcpy(v.data(), d, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  return v;
-}
 
 inline uint32_t DownloadCount(const uint32_t* d) { return Download<uint32_t>(d, 1)[0]; }
 

@@ -153,6 +153,8 @@ TEST(JobConfigTest, WorkerSectionIsValidated) {
   EXPECT_EQ(job->worker.pull_threads, 3);
   EXPECT_EQ(job->worker.data_pool_batches, 64);
   ExpectError(kMinimal, {"worker.data_pool_batches=-1"}, "worker.data_pool_batches: value -1 is out of range");
+  ExpectError(kMinimal, {"worker.data_pool_batches=8", "data.source=criteo", "data.train_path=/tmp/x.tsv"},
+              "worker.data_pool_batches: only synthetic data can be pooled, not data.source 'criteo'");
   ExpectError(kMinimal, {"worker.pull_threads=9"}, "worker.pull_threads: value 9 is out of range");
   EXPECT_EQ(job->worker.dense_bucket_bytes, 524288u);
   ExpectError(kMinimal, {"worker.precision=fp16"}, "worker.precision: 'fp16' is not one of");

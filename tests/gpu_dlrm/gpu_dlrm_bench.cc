@@ -15,6 +15,7 @@
 #include "tests/gpu_dlrm/dlrm_problem.h"
 #include "worker/cuda/codec_kernels.h"
 #include "worker/cuda/dlrm/gpu_dlrm.h"
+#include "common/stats.h"
 
 namespace osprey::cuda {
 namespace {
@@ -27,11 +28,6 @@ namespace {
       return false;                                                                         \
     }                                                                                       \
   } while (0)
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Counted multiply-adds x 2 of one forward + backward per sample: each layer's product forward,
 // its weight gradient, and its input gradient (not for the first bottom layer); the interaction's

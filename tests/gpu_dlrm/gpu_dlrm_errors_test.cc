@@ -112,17 +112,17 @@ TEST(GpuDlrmErrorsTest, EmptyBatchZeroesEveryOutput) {
   auto gpu = MakeOrFail(8);
   ASSERT_NE(gpu, nullptr);
   const size_t num_params = gpu->num_dense_params(), row_floats = 10 * 16;
-  DeviceBuffer dense_grad = testing::PoisonedBuffer(num_params);
-  DeviceBuffer row_grad = testing::PoisonedBuffer(row_floats);
-  DeviceBuffer loss = testing::PoisonedBuffer(1);
-  DeviceBuffer rows = testing::PoisonedBuffer(row_floats);
+  DeviceBuffer dense_grad = testing::PoisonedFloats(num_params);
+  DeviceBuffer row_grad = testing::PoisonedFloats(row_floats);
+  DeviceBuffer loss = testing::PoisonedFloats(1);
+  DeviceBuffer rows = testing::PoisonedFloats(row_floats);
   ASSERT_TRUE(gpu->ForwardBackward(dense_grad.as<float>(), rows.as<float>(), 10, nullptr, nullptr, nullptr, 0,
                                    dense_grad.as<float>(), row_grad.as<float>(), nullptr, loss.as<float>(), nullptr)
                   .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(testing::DownloadFloats(dense_grad, num_params), std::vector<float>(num_params, 0.0f));
-  EXPECT_EQ(testing::DownloadFloats(row_grad, row_floats), std::vector<float>(row_floats, 0.0f));
-  EXPECT_EQ(testing::DownloadFloats(loss, 1)[0], 0.0f);
+  EXPECT_EQ(testing::Download<float>(dense_grad.data(), num_params), std::vector<float>(num_params, 0.0f));
+  EXPECT_EQ(testing::Download<float>(row_grad.data(), row_floats), std::vector<float>(row_floats, 0.0f));
+  EXPECT_EQ(testing::Download<float>(loss.data(), 1)[0], 0.0f);
 }
 
 // Outside the documented precondition: the call must neither fault nor touch memory it does not

@@ -91,8 +91,8 @@ TEST(GpuDlrmHooksTest, EmptyBatchCallsRowsThenDenseZero) {
   auto gpu = testing::MakeGpuOrFail(models::DlrmConfig(), 8, MlpPrecision::kTf32);
   ASSERT_NE(gpu, nullptr);
   const size_t row_floats = 10 * 16;
-  DeviceBuffer dense_grad = testing::PoisonedBuffer(gpu->num_dense_params());
-  DeviceBuffer row_grad = testing::PoisonedBuffer(row_floats), loss = testing::PoisonedBuffer(1);
+  DeviceBuffer dense_grad = testing::PoisonedFloats(gpu->num_dense_params());
+  DeviceBuffer row_grad = testing::PoisonedFloats(row_floats), loss = testing::PoisonedFloats(1);
   std::vector<size_t> calls;
   const BackwardHooks hooks = Recorder(&calls);
   ASSERT_TRUE(gpu->ForwardBackward(nullptr, row_grad.as<float>(), 10, nullptr, nullptr, nullptr, 0,
@@ -160,11 +160,11 @@ TEST(GpuDlrmHooksTest, AnnouncedRangesAreFinalAtTheHooksEvent) {
     SCOPED_TRACE(MlpPrecisionName(precision));
     auto gpu = testing::MakeGpuOrFail(config, 512, precision);
     ASSERT_NE(gpu, nullptr);
-    DeviceBuffer params = testing::UploadVector(p.params), rows = testing::UploadVector(p.rows);
-    DeviceBuffer index = testing::UploadVector(p.row_index), dense = testing::UploadVector(p.batch.dense);
-    DeviceBuffer labels = testing::UploadVector(p.batch.labels);
-    DeviceBuffer dense_grad = testing::PoisonedBuffer(num_params), row_grad = testing::PoisonedBuffer(row_floats);
-    DeviceBuffer probs = testing::PoisonedBuffer(512), loss = testing::PoisonedBuffer(1);
+    DeviceBuffer params = testing::Upload(p.params), rows = testing::Upload(p.rows);
+    DeviceBuffer index = testing::Upload(p.row_index), dense = testing::Upload(p.batch.dense);
+    DeviceBuffer labels = testing::Upload(p.batch.labels);
+    DeviceBuffer dense_grad = testing::PoisonedFloats(num_params), row_grad = testing::PoisonedFloats(row_floats);
+    DeviceBuffer probs = testing::PoisonedFloats(512), loss = testing::PoisonedFloats(1);
     testing::Stream stream, side;
     auto run = [&](const BackwardHooks* hooks) {
       return gpu->ForwardBackward(params.as<float>(), rows.as<float>(), p.num_rows(), index.as<int32_t>(),
@@ -181,7 +181,7 @@ TEST(GpuDlrmHooksTest, AnnouncedRangesAreFinalAtTheHooksEvent) {
     // One copy per hook, allocated up front: nothing that might synchronize runs while held.
     const size_t num_marks = config.top_mlp.size() + 1 + config.bottom_mlp.size();
     std::vector<DeviceBuffer> copies;
-    for (size_t k = 0; k < num_marks; ++k) copies.push_back(testing::PoisonedBuffer(std::max(num_params, row_floats)));
+    for (size_t k = 0; k < num_marks; ++k) copies.push_back(testing::PoisonedFloats(std::max(num_params, row_floats)));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<Mark> marks;
     {
@@ -214,18 +214,18 @@ TEST(GpuDlrmHooksTest, AnnouncedRangesAreFinalAtTheHooksEvent) {
       }
     }  // all gates open, the compute stream drained
     ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
-    const std::vector<float> final_dense = testing::DownloadFloats(dense_grad, num_params);
-    const std::vector<float> final_rows = testing::DownloadFloats(row_grad, row_floats);
+    const std::vector<float> final_dense = testing::Download<float>(dense_grad.data(), num_params);
+    const std::vector<float> final_rows = testing::Download<float>(row_grad.data(), row_floats);
     for (size_t i = 0; i < final_dense.size(); ++i) ASSERT_TRUE(std::isfinite(final_dense[i])) << i;
     for (size_t k = 0; k < marks.size(); ++k) {
       const Mark& m = marks[k];
       if (m.from == kRows) {
-        const std::vector<float> at_hook = testing::DownloadFloats(copies[k], row_floats);
+        const std::vector<float> at_hook = testing::Download<float>(copies[k].data(), row_floats);
         EXPECT_EQ(std::memcmp(at_hook.data(), final_rows.data(), sizeof(float) * row_floats), 0)
             << "row_grad not final at rows_ready's event";
         continue;
       }
-      const std::vector<float> at_hook = testing::DownloadFloats(copies[k], num_params);
+      const std::vector<float> at_hook = testing::Download<float>(copies[k].data(), num_params);
       EXPECT_EQ(std::memcmp(at_hook.data() + m.from, final_dense.data() + m.from,
                             sizeof(float) * (num_params - m.from)),
                 0)

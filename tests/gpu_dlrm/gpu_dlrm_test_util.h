@@ -15,6 +15,7 @@
 
 #include "tests/gpu_dlrm/bf16_reference.h"
 #include "tests/gpu_dlrm/dlrm_problem.h"
+#include "tests/testing/cuda_buffers.h"
 #include "worker/cuda/codec_kernels.h"
 #include "worker/cuda/dlrm/gpu_dlrm.h"
 
@@ -111,42 +112,13 @@ inline Outputs RunBf16Reference(const Problem& p, bool bf16_operands = true) {
   return out;
 }
 
-template <typename T>
-DeviceBuffer UploadVector(const std::vector<T>& v) {
-  auto buf = DeviceBuffer::Allocate(sizeof(T) * v.size() + 16);  // never empty: pointers stay non-null
-  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
-  if (!buf.ok()) return DeviceBuffer();
-  if (!v.empty()) {
-    EXPECT_EQ(cudaMemcpy(buf->data(), v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  return std::move(buf).value();
-}
-
-// A device buffer of n floats, every byte 0xFF (a NaN in every float).
-inline DeviceBuffer PoisonedBuffer(size_t n) {
-  auto buf = DeviceBuffer::Allocate(sizeof(float) * n + 16);
-  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
-  if (!buf.ok()) return DeviceBuffer();
-  EXPECT_EQ(cudaMemset(buf->data(), 0xFF, buf->size()), cudaSuccess);
-  return std::move(buf).value();
-}
-
-inline std::vector<float> DownloadFloats(const DeviceBuffer& buf, size_t n) {
-  std::vector<float> v(n);
-  if (n > 0) {
-    EXPECT_EQ(cudaMemcpy(v.data(), buf.data(), sizeof(float) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  return v;
-}
-
-// ForwardBackward (with `hooks`) then Predict through the device API on `stream`.
 inline Outputs RunGpu(GpuDlrm* model, const Problem& p, cudaStream_t stream, const BackwardHooks* hooks = nullptr) {
   Outputs out;
   const size_t n = static_cast<size_t>(p.batch.size);
-  DeviceBuffer params = UploadVector(p.params), rows = UploadVector(p.rows), index = UploadVector(p.row_index);
-  DeviceBuffer dense = UploadVector(p.batch.dense), labels = UploadVector(p.batch.labels);
-  DeviceBuffer dense_grad = PoisonedBuffer(p.params.size()), row_grad = PoisonedBuffer(p.rows.size());
-  DeviceBuffer probs = PoisonedBuffer(n), loss = PoisonedBuffer(1), predicted = PoisonedBuffer(n);
+  DeviceBuffer params = Upload(p.params), rows = Upload(p.rows), index = Upload(p.row_index);
+  DeviceBuffer dense = Upload(p.batch.dense), labels = Upload(p.batch.labels);
+  DeviceBuffer dense_grad = PoisonedFloats(p.params.size()), row_grad = PoisonedFloats(p.rows.size());
+  DeviceBuffer probs = PoisonedFloats(n), loss = PoisonedFloats(1), predicted = PoisonedFloats(n);
   const Status st = model->ForwardBackward(params.as<float>(), rows.as<float>(), p.num_rows(), index.as<int32_t>(),
                                            dense.as<float>(), labels.as<float>(), p.batch.size,
                                            dense_grad.as<float>(), row_grad.as<float>(), probs.as<float>(),
@@ -157,11 +129,11 @@ inline Outputs RunGpu(GpuDlrm* model, const Problem& p, cudaStream_t stream, con
   EXPECT_TRUE(pst.ok()) << pst.ToString();
   const cudaError_t err = cudaStreamSynchronize(stream);
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
-  out.dense_grad = DownloadFloats(dense_grad, p.params.size());
-  out.row_grad = DownloadFloats(row_grad, p.rows.size());
-  out.probs = DownloadFloats(probs, n);
-  out.loss = DownloadFloats(loss, 1)[0];
-  out.predicted = DownloadFloats(predicted, n);
+  out.dense_grad = Download<float>(dense_grad.data(), p.params.size());
+  out.row_grad = Download<float>(row_grad.data(), p.rows.size());
+  out.probs = Download<float>(probs.data(), n);
+  out.loss = Download<float>(loss.data(), 1)[0];
+  out.predicted = Download<float>(predicted.data(), n);
   return out;
 }
 

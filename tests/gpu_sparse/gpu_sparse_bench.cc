@@ -19,6 +19,7 @@
 #include "worker/data/batch.h"
 #include "worker/data/random.h"
 #include "worker/data/zipf.h"
+#include "common/stats.h"
 
 namespace osprey::cuda {
 namespace {
@@ -49,11 +50,6 @@ struct Timing {
   double median_ms = 0, min_ms = 0;
   double enqueue_ms = 0;  // host time of the call itself (median): launch overhead, CUB queries
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Times `enqueue` (which enqueues work on stream and reports failure by returning false).
 bool TimeOnStream(const Options& opt, cudaStream_t stream, const std::function<bool()>& enqueue, Timing* t) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/placement.h"
+#include "tests/testing/cuda_buffers.h"
 #include "worker/cuda/codec_kernels.h"
 #include "worker/cuda/sparse/sparse_kernels.h"
 #include "worker/data/batch.h"
@@ -24,34 +25,9 @@
 namespace osprey::cuda {
 namespace {
 
-template <typename T>
-DeviceBuffer Upload(const std::vector<T>& v) {
-  auto buf = DeviceBuffer::Allocate(sizeof(T) * v.size() + 256);  // never empty: pointers stay non-null
-  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
-  if (!buf.ok()) return DeviceBuffer();
-  if (!v.empty()) {
-    EXPECT_EQ(cudaMemcpy(buf->data(), v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  return std::move(buf).value();
-}
-
-template <typename T>
-std::vector<T> Download(const void* d, size_t n) {
-  std::vector<T> v(n);
-  if (n > 0) {
-    EXPECT_EQ(cudaMemcpy(v.data(), d, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-  return v;
-}
-
-// A device buffer of `bytes` bytes, every byte 0xFF (-1 in every int32, NaN in every float).
-DeviceBuffer Poisoned(size_t bytes) {
-  auto buf = DeviceBuffer::Allocate(bytes + 256);
-  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
-  if (!buf.ok()) return DeviceBuffer();
-  EXPECT_EQ(cudaMemset(buf->data(), 0xFF, buf->size()), cudaSuccess);
-  return std::move(buf).value();
-}
+using testing::Download;
+using testing::Poisoned;
+using testing::Upload;
 
 enum class Ids { kZipf, kWide, kAllSame, kHighBitsOnly };
 

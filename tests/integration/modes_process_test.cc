@@ -166,6 +166,10 @@ class Cluster {
     return false;
   }
   std::vector<Child>& children() { return children_; }
+  // Whether the worker process `name` reached step `step` within `seconds` (see Step).
+  bool WaitForStep(const std::string& name, long step, int seconds) {
+    return WaitFor([&] { return Step(name) >= step; }, Clock::now() + std::chrono::seconds(seconds));
+  }
 
   // The step (heartbeat clock) the coordinator last heard from the worker process `name`; -1 when
   // not known yet. Heartbeats come every cluster.heartbeat_interval_ms.
@@ -249,9 +253,7 @@ TEST(ModesProcessTest, SspFastWorkerBlocksStalenessBoundAheadAndResumes) {
                    "cluster.heartbeat_timeout_ms=30000"},
                   ::testing::TempDir() + "/osprey-modes-ssp-block");
   cluster.Start();
-  auto start = Clock::now();
-  ASSERT_TRUE(cluster.WaitFor([&] { return cluster.Step("worker-1") >= 20; },
-                              start + std::chrono::seconds(30)))
+  ASSERT_TRUE(cluster.WaitForStep("worker-1", 20, 30))
       << "worker 1 made no progress\n"
       << cluster.Logs();
   Child& slow = cluster.child("worker-1");
@@ -288,9 +290,7 @@ TEST(ModesProcessTest, BspKilledWorkerIsEvictedAndTrainingFinishes) {
                    "cluster.heartbeat_timeout_ms=" + std::to_string(kHeartbeatTimeoutMs)},
                   ::testing::TempDir() + "/osprey-modes-bsp-kill");
   cluster.Start();
-  auto start = Clock::now();
-  ASSERT_TRUE(cluster.WaitFor([&] { return cluster.Step("worker-1") >= 20; },
-                              start + std::chrono::seconds(30)))
+  ASSERT_TRUE(cluster.WaitForStep("worker-1", 20, 30))
       << "worker 1 made no progress\n"
       << cluster.Logs();
   Child& victim = cluster.child("worker-1");

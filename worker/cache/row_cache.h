@@ -66,6 +66,15 @@ struct RowCacheStats {
   uint64_t misses_absent = 0;
   uint64_t misses_stale = 0;
   uint64_t evictions = 0;
+
+  RowCacheStats& operator+=(const RowCacheStats& o) {
+    lookups += o.lookups;
+    hits += o.hits;
+    misses_absent += o.misses_absent;
+    misses_stale += o.misses_stale;
+    evictions += o.evictions;
+    return *this;
+  }
 };
 
 // Cache-line aligned, so that RowCaches planned on different threads (the shards of a

@@ -279,14 +279,7 @@ void ShardedRowCache::Invalidate(const int32_t* slots, size_t n) {
 
 RowCacheStats ShardedRowCache::stats() const {
   RowCacheStats sum;
-  for (const auto& shard : shards_) {
-    const RowCacheStats s = shard->stats();
-    sum.lookups += s.lookups;
-    sum.hits += s.hits;
-    sum.misses_absent += s.misses_absent;
-    sum.misses_stale += s.misses_stale;
-    sum.evictions += s.evictions;
-  }
+  for (const auto& shard : shards_) sum += shard->stats();
   return sum;
 }
 
