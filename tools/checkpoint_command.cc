@@ -76,8 +76,12 @@ int RunCheckpoint(const std::string& coordinator, const std::string& dir, int ti
     std::fprintf(stderr, "osprey checkpoint: the coordinator knows no live servers (yet)\n");
     return 1;
   }
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    // Round 1: the bsp clocks the servers closed (0 and no cut when no server holds bsp).
+  constexpr int kAttempts = 5;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    // Round 1: the bsp clocks the servers closed (0 and no cut when no server holds bsp). A retry
+    // means a fast job passed the chosen clock before the request reached a server, so each retry
+    // picks a clock further ahead (0, 1, 3, 7, 15 clocks of margin); the cut waits for it.
+    const int64_t margin = (int64_t{1} << attempt) - 1;
     int64_t clock = 0;
     for (const proto::NodeState& node : servers) {
       proto::ServerStats st;
@@ -86,7 +90,7 @@ int RunCheckpoint(const std::string& coordinator, const std::string& dir, int ti
         std::fprintf(stderr, "osprey checkpoint: server %d: %s\n", node.rank(), s.ToString().c_str());
         return 1;
       }
-      if (st.has_bsp()) clock = std::max(clock, st.bsp_clock() + 1);
+      if (st.has_bsp()) clock = std::max(clock, st.bsp_clock() + 1 + margin);
     }
     // Round 2: every server at once.
     std::vector<Status> results(servers.size());
