@@ -73,7 +73,7 @@ BenchRecord MakeRecord(const std::string& kind, const std::string& transport, Be
   r.median_us = per_request * 1e6;
   double directions = op == BenchOp::kPushPull ? 2 : 1;
   r.gbps = static_cast<double>(bytes) * directions / per_request / 1e9;
-  if (keys) r.keys_per_sec = static_cast<double>(*keys) / seconds;
+  if (keys) r.keys_per_sec = static_cast<double>(*keys) * requests / seconds;
   if (op == BenchOp::kPipelinedPush) r.req_per_sec = requests / seconds;
   return r;
 }

@@ -4,14 +4,16 @@
 // JSON: an array of objects with exactly these keys (null where a figure does not apply):
 //   case          "dense", "sparse" or "raw_zmq"
 //   transport     "tcp" or "ipc"
-//   op            "push", "pull", "pushpull" or "pipelined_push"
+//   op            "push", "pull", "pushpull", "pipelined_push", "pull_buffer" or "pull_x3"
 //   bytes         payload of one request: dense and raw_zmq the values frame (the table size);
 //                 sparse keys * (8 + 4 * dim), the key and value frames moved by one push
 //   keys, dim     sparse only
 //   median_us     median time per operation; pipelined_push: per request (batch time / window);
+//                 pull_x3: per pull (time of the 3 concurrent pulls / 3);
 //                 pushpull: one push plus one pull
 //   gbps          payload GB/s (1e9 bytes/s); pushpull counts both directions (2 * bytes)
-//   keys_per_sec  sparse only: keys / median time (pushpull: keys pushed and pulled once each)
+//   keys_per_sec  sparse only: keys / median time (pushpull: keys pushed and pulled once each;
+//                 pull_x3: the keys of all 3 pulls)
 //   req_per_sec   pipelined_push only: requests completed per second
 //
 // Threading: plain functions and values; no shared state.
@@ -42,7 +44,7 @@ struct BenchRecord {
 };
 
 // Builds a record from `seconds` per operation, where one operation is `requests` requests
-// (the window for kPipelinedPush, else 1). `keys`/`dim` are set for sparse records only.
+// (the window for kPipelinedPush, kPullThreads for kThreadedPull, else 1). `keys`/`dim` are set for sparse records only.
 BenchRecord MakeRecord(const std::string& kind, const std::string& transport, BenchOp op,
                        uint64_t bytes, std::optional<uint64_t> keys, std::optional<uint64_t> dim,
                        double seconds, int requests);

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "common/buffer.h"
@@ -70,6 +73,7 @@ const char* BenchOpName(BenchOp op) {
     case BenchOp::kPushPull: return "pushpull";
     case BenchOp::kPipelinedPush: return "pipelined_push";
     case BenchOp::kPullBuffer: return "pull_buffer";
+    case BenchOp::kThreadedPull: return "pull_x3";
   }
   return "unknown";
 }
@@ -167,6 +171,60 @@ StatusOr<OpTiming> OspreyBench::Sparse(const std::string& table_name, size_t num
   // Creates the rows, so no timed call (warm-up included) pays row creation.
   OSPREY_RETURN_IF_ERROR(pull());
   return TimePushPull(op, push, pull, options);
+}
+
+StatusOr<OpTiming> OspreyBench::ThreadedSparsePull(const std::string& table_name, size_t num_keys,
+                                                   uint64_t seed, const TimingOptions& options) {
+  OSPREY_ASSIGN_OR_RETURN(uint32_t id, Table(table_name, /*sparse=*/true));
+  const size_t dim = client_->shard_map().tables(id).dim();
+  std::vector<std::vector<uint64_t>> keys(kPullThreads, std::vector<uint64_t>(num_keys));
+  std::vector<std::vector<float>> outs(kPullThreads, std::vector<float>(num_keys * dim));
+  for (int t = 0; t < kPullThreads; ++t) {
+    std::mt19937_64 rng(seed + t);
+    for (uint64_t& k : keys[t]) k = rng();
+  }
+  worker::Client* c = client_.get();
+  // The threads live for the whole case: one round = every thread does one pull.
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t round = 0;  // GUARDED_BY(mu)
+  int done = 0;        // GUARDED_BY(mu)
+  bool quit = false;   // GUARDED_BY(mu)
+  Status first;        // GUARDED_BY(mu)
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kPullThreads; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t seen = 0;
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return quit || round != seen; });
+          if (quit) return;
+          seen = round;
+        }
+        Status s = c->Wait(c->Pull(id, keys[t].data(), num_keys, outs[t].data()));
+        std::lock_guard<std::mutex> lock(mu);
+        if (first.ok() && !s.ok()) first = s;
+        if (++done == kPullThreads) cv.notify_all();
+      }
+    });
+  }
+  auto op = [&]() -> Status {
+    std::unique_lock<std::mutex> lock(mu);
+    done = 0;
+    ++round;
+    cv.notify_all();
+    cv.wait(lock, [&] { return done == kPullThreads; });
+    return first;
+  };
+  StatusOr<OpTiming> timing = TimeOp(op, options);  // its first call creates the rows
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    quit = true;
+  }
+  cv.notify_all();
+  for (std::thread& th : threads) th.join();
+  return timing;
 }
 
 }  // namespace osprey::bench

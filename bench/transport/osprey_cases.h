@@ -15,6 +15,9 @@
 //                   one message); the server applies an SGD step per key. Keys are random u64
 //                   from a fixed seed, created on the server by a pull before anything is timed.
 //   sparse pull     Pull(table, keys, n, out) + Wait.
+//   sparse pull_x3  kPullThreads threads of one client each do a sparse pull of their own n keys
+//                   at once (as a GPU worker's pullers do), all waited; median_s is per batch of
+//                   kPullThreads pulls, the record reports it per pull.
 //
 // Timing (TimeOp): warm-up calls first (at least 3 and at least half a run's worth of time: first
 // touches of buffers, rows, sockets), then `runs` runs of `iters` calls, where iters is chosen
@@ -40,9 +43,12 @@
 
 namespace osprey::bench {
 
-enum class BenchOp { kPush, kPull, kPushPull, kPipelinedPush, kPullBuffer };
+enum class BenchOp { kPush, kPull, kPushPull, kPipelinedPush, kPullBuffer, kThreadedPull };
 
-// "push", "pull", "pushpull", "pipelined_push", "pull_buffer" (the JSON names).
+// Threads of the kThreadedPull case (the GPU worker's default worker.pull_threads).
+constexpr int kPullThreads = 3;
+
+// "push", "pull", "pushpull", "pipelined_push", "pull_buffer", "pull_x3" (the JSON names).
 const char* BenchOpName(BenchOp op);
 
 struct TimingOptions {
@@ -74,6 +80,9 @@ class OspreyBench {
   // Sparse table `table_name` (its dim from the map), `num_keys` random keys from `seed`.
   StatusOr<OpTiming> Sparse(const std::string& table_name, size_t num_keys, uint64_t seed,
                             BenchOp op, const TimingOptions& options);
+  // kThreadedPull of `table_name`: kPullThreads threads, `num_keys` keys each (seeds seed + t).
+  StatusOr<OpTiming> ThreadedSparsePull(const std::string& table_name, size_t num_keys, uint64_t seed,
+                                        const TimingOptions& options);
 
  private:
   explicit OspreyBench(std::unique_ptr<worker::Client> client) : client_(std::move(client)) {}

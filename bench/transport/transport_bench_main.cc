@@ -7,7 +7,7 @@
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
 // 16 pipelined 4 KiB pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD
-// step applied on the server. Each figure is the median of --runs runs (default 5) of >= 60 ms each; dense runs
+// step applied on the server (push, pull, push+pull, and 3 threads pulling at once). Each figure is the median of --runs runs (default 5) of >= 60 ms each; dense runs
 // alternate with the raw baseline's (RunDenseSize). What one operation is and how it is timed:
 // osprey_cases.h; the table and JSON fields: bench_report.h.
 // --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
@@ -205,6 +205,11 @@ Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan&
       out->push_back(MakeRecord("sparse", tr, op, bytes, c.keys, c.dim, t.median_s, 1));
       Progress(out->back());
     }
+    OSPREY_ASSIGN_OR_RETURN(OpTiming t,
+                            bench->ThreadedSparsePull(SparseName(c.dim), c.keys, seed, plan.timing));
+    out->push_back(MakeRecord("sparse", tr, BenchOp::kThreadedPull, bytes, c.keys, c.dim, t.median_s,
+                              kPullThreads));
+    Progress(out->back());
   }
   return Status::OK();
 }

@@ -181,6 +181,72 @@ TEST_F(ClientTest, ManyOutstandingTicketsWithSmallWindow) {
   EXPECT_EQ(client_->Wait(tickets[0]).code(), StatusCode::kInvalidArgument);  // waited twice
 }
 
+// Several threads pull at once (the trainer's pullers do): each Wait copies its own ticket's rows,
+// so every thread must get exactly the rows a lone pull of the same keys gets.
+TEST_F(ClientTest, ConcurrentPullsFromSeveralThreadsGetTheirOwnRows) {
+  constexpr int kThreads = 4, kKeys = 300, kRounds = 20;
+  std::vector<std::vector<uint64_t>> keys(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kKeys; ++i) keys[t].push_back(uint64_t{7919} * (t * kKeys + i) % 5003);
+    keys[t].push_back(keys[t][0]);  // a duplicate
+  }
+  std::vector<std::vector<float>> expect(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    expect[t].resize(keys[t].size() * 4);
+    ASSERT_TRUE(client_->Wait(client_->Pull(0, keys[t].data(), keys[t].size(), expect[t].data())).ok());
+  }
+  std::vector<int> mismatches(kThreads, 0), failures(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> out(expect[t].size());
+      for (int r = 0; r < kRounds; ++r) {
+        std::fill(out.begin(), out.end(), -1.0f);
+        if (!client_->Wait(client_->Pull(0, keys[t].data(), keys[t].size(), out.data())).ok()) {
+          ++failures[t];
+        } else if (out != expect[t]) {
+          ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  }
+}
+
+// The rows of a pull are copied into `out` only when every server replied: a pull that fails on
+// one server leaves `out` as it was, although another server's reply already arrived, and the
+// late reply of the failed server never reaches it either.
+TEST(ClientFailedPullTest, LeavesTheOutputUntouched) {
+  InprocCluster cluster(2);
+  ASSERT_TRUE(cluster.server(0).Activate(0, cluster.map(), cluster.tables()).ok());  // 1 holds requests
+  ClientOptions o;
+  o.timeout_ms = 300;
+  Client client(o, cluster.NewTransport(), cluster.map());
+  ASSERT_TRUE(client.Start().ok());
+  std::vector<uint64_t> keys(64);
+  std::iota(keys.begin(), keys.end(), 100);
+  std::set<int> servers;
+  for (uint64_t k : keys) servers.insert(ServerForKey(0, k, 2));
+  ASSERT_EQ(servers.size(), 2u);
+  constexpr float kUntouched = -7.0f;
+  std::vector<float> rows(keys.size() * 4, kUntouched);
+  std::vector<float> dense(10, kUntouched);
+  Ticket sparse_ticket = client.Pull(0, keys.data(), keys.size(), rows.data());
+  Ticket dense_ticket = client.PullDense(1, dense.data());
+  EXPECT_EQ(client.Wait(sparse_ticket).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(client.Wait(dense_ticket).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_GT(client.stats().bytes_pulled, 0u);  // server 0 did answer both
+  ASSERT_TRUE(cluster.server(1).Activate(1, cluster.map(), cluster.tables()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its held replies come back now
+  for (float v : rows) ASSERT_EQ(v, kUntouched);
+  for (float v : dense) ASSERT_EQ(v, kUntouched);
+  client.Stop();
+}
+
 TEST(ClientTimeoutTest, SilentServerGivesDeadlineExceeded) {
   // A listener that never replies stands in for a hung server.
   auto hub = std::make_shared<InprocHub>();

@@ -21,6 +21,7 @@ struct Client::Part {
   const DenseRoute* route = nullptr;    // dense: the chunks of the message (owned by the client)
   size_t expect_bytes = 0;              // pulls: reply values size
   bool clock_only = false;              // dense pull outside a server mask: no keys, no values
+  Buffer reply;                         // pulls: the reply's values frame, until Wait copies it
 };
 
 struct Client::TicketState {
@@ -29,6 +30,9 @@ struct Client::TicketState {
   int remaining = 0;
   Status status;
   Clock::time_point deadline;
+  // Pull parts whose reply arrived; Wait delivers them into the caller's memory, on its own
+  // thread, once the ticket is done (the I/O thread never copies rows).
+  std::vector<std::unique_ptr<Part>> arrived;
 };
 
 Client::Client(const ClientOptions& options, std::unique_ptr<Transport> transport,
@@ -472,33 +476,14 @@ void Client::OnReply(Message&& msg) {
     ++stats_.errors;
     FailTicketLocked(t, s.WithContext(Describe(t->op, t->table) + " on server " +
                                       std::to_string(part->server)));
-  } else if (part->op == proto::OP_PULL_SPARSE || part->op == proto::OP_PULL_DENSE) {
+  } else if ((part->op == proto::OP_PULL_SPARSE || part->op == proto::OP_PULL_DENSE) &&
+             !part->clock_only) {
     stats_.bytes_pulled += msg.values.size();
-    const uint8_t* src = msg.values.data();
-    if (part->op == proto::OP_PULL_SPARSE && part->positions.empty()) {
-      std::memcpy(part->out, src, part->expect_bytes);  // single server: rows are in key order
-    } else if (part->op == proto::OP_PULL_SPARSE) {
-      size_t row = part->expect_bytes / part->positions.size();
-      for (uint32_t pos : part->positions) {
-        std::memcpy(reinterpret_cast<uint8_t*>(part->out) + size_t{pos} * row, src, row);
-        src += row;
-      }
-    } else if (part->clock_only) {
-      // nothing to copy
-    } else if (part->out_frame != nullptr &&
-               reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
-      *part->out_frame = std::move(msg.values);  // the whole table, in order: no copy
-    } else if (part->out_frame != nullptr) {
-      *part->out_frame = Buffer::Copy(src, part->expect_bytes);
-    } else {
-      for (const auto& [first, len] : part->route->ranges) {
-        std::memcpy(part->out + first, src, len * sizeof(float));
-        src += len * sizeof(float);
-      }
-    }
+    part->reply = std::move(msg.values);  // a view of the received frame: no copy here
+    t->arrived.push_back(std::move(part));
   }
-  if (s.ok() && part->table < versions_.size()) {
-    versions_[part->table] = std::max(versions_[part->table], header->version());
+  if (s.ok() && t->table < versions_.size()) {
+    versions_[t->table] = std::max(versions_[t->table], header->version());
   }
   lock.unlock();  // wake the waiter without making it block on mu_ again
   cv_.notify_all();
@@ -528,9 +513,39 @@ Status Client::Wait(Ticket ticket) {
       ++p;
     }
   }
+  std::vector<std::unique_ptr<Part>> arrived = std::move(t->arrived);
   tickets_.erase(it);
+  lock.unlock();
   cv_.notify_all();
+  // The rows go into the caller's memory here, on the waiting thread and outside mu_: the ticket
+  // is gone from tickets_, so nothing else can reach these parts.
+  if (result.ok()) {
+    for (const std::unique_ptr<Part>& part : arrived) Deliver(part.get());
+  }
   return result;
+}
+
+void Client::Deliver(Part* part) {
+  const uint8_t* src = part->reply.data();
+  if (part->op == proto::OP_PULL_SPARSE && part->positions.empty()) {
+    std::memcpy(part->out, src, part->expect_bytes);  // single server: rows are in key order
+  } else if (part->op == proto::OP_PULL_SPARSE) {
+    const size_t row = part->expect_bytes / part->positions.size();
+    uint8_t* out = reinterpret_cast<uint8_t*>(part->out);
+    for (uint32_t pos : part->positions) {
+      std::memcpy(out + size_t{pos} * row, src, row);
+      src += row;
+    }
+  } else if (part->out_frame != nullptr && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
+    *part->out_frame = std::move(part->reply);  // the whole table, in order: no copy
+  } else if (part->out_frame != nullptr) {
+    *part->out_frame = Buffer::Copy(src, part->expect_bytes);
+  } else {
+    for (const auto& [first, len] : part->route->ranges) {
+      std::memcpy(part->out + first, src, len * sizeof(float));
+      src += len * sizeof(float);
+    }
+  }
 }
 
 uint64_t Client::version(uint32_t table) const {

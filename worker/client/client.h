@@ -20,8 +20,13 @@
 // the client never touches them again. Pulls into a float array copy each reply once, into the
 // array; PullDense(table, Buffer*) hands over the reply frame instead when it can.
 //
-// Threading: all methods are thread-safe. Replies are processed on the transport's I/O thread.
-// Every Ticket must be waited on exactly once (its bookkeeping is released by Wait).
+// Threading: all methods are thread-safe. The transport's I/O thread only matches each reply to
+// its request (under the client's lock, no payload copy); a pull's reply frames are kept as they
+// arrived and Wait() copies them into `out` on the waiting thread, outside the lock, once every
+// server replied. So threads waiting on different pulls copy in parallel, the I/O thread is free
+// to take the next reply meanwhile, and replies of a failed ticket are never copied. Every Ticket
+// must be waited on exactly once (its bookkeeping, and the reply frames it holds, are released by
+// Wait).
 #pragma once
 
 #include <atomic>
@@ -152,6 +157,8 @@ class Client {
   void SendPart(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
                 std::unique_ptr<Part> part);
   void OnReply(Message&& msg);
+  // Copies (or hands over) one arrived pull reply into the caller's output; called by Wait.
+  static void Deliver(Part* part);
   void FailTicketLocked(TicketState* t, const Status& s);
 
   const ClientOptions options_;
