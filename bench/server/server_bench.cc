@@ -11,6 +11,12 @@
 //
 // Usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] [--json PATH]
 //                            [--optimizer sgd|adagrad|adam|ftrl] [--dim 16|64]
+//        osprey-bench-server --placement [--keys K] [--runs R]
+//
+// --placement times instead the key-ownership computation every multi-server request pays (the
+// client partitions keys by server, the server checks it owns each): ns per key of ServerForKey
+// one key at a time against ServersForKeys (8 lanes; AVX-512 where the CPU has it), for 8, 16, 24
+// and 300 servers, --keys random keys, median of --runs passes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "common/placement.h"
+#include "common/stats.h"
 #include "server/native_store.h"
 #include "server/table_shard.h"
 
@@ -107,8 +115,54 @@ double RunCase(OptimizerType type, int dim, int per_window, const Options& o, do
 
 void Usage() {
   std::fprintf(stderr, "usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] "
-                       "[--json PATH] [--optimizer NAME] [--dim 16|64]\n");
+                       "[--json PATH] [--optimizer NAME] [--dim 16|64]\n"
+                       "       osprey-bench-server --placement [--keys K] [--runs R]\n");
   std::exit(2);
+}
+
+// Median ns per key of `fn` over `runs` passes of `keys`; *sink keeps the results alive.
+template <typename Fn>
+double NsPerKey(const std::vector<uint64_t>& keys, int runs, Fn fn, int64_t* sink) {
+  std::vector<int32_t> owners(keys.size());
+  std::vector<double> ns;
+  fn(owners.data());  // warm-up
+  for (int r = 0; r < runs; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn(owners.data());
+    ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+                 static_cast<double>(keys.size()));
+    for (size_t i = 0; i < owners.size(); i += 97) *sink += owners[i];
+  }
+  return osprey::Median(std::move(ns));
+}
+
+int RunPlacement(const Options& o) {
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys(o.keys);
+  for (uint64_t& k : keys) k = rng();
+  const bool avx512 = osprey::placement_internal::HaveAvx512();
+  std::printf("key ownership, %zu random keys, median of %d passes, ns per key (AVX-512 %s)\n",
+              keys.size(), o.runs, avx512 ? "available" : "not available");
+  std::printf("%8s %14s %14s %14s %9s\n", "servers", "one by one", "8 lanes", "avx512", "speedup");
+  int64_t sink = 0;
+  for (int32_t servers : {8, 16, 24, 300}) {
+    const uint32_t table = 3;
+    double scalar = NsPerKey(keys, o.runs, [&](int32_t* out) {
+      for (size_t i = 0; i < keys.size(); ++i) out[i] = osprey::ServerForKey(table, keys[i], servers);
+    }, &sink);
+    double lanes = NsPerKey(keys, o.runs, [&](int32_t* out) {
+      osprey::placement_internal::ServersForKeysLanes(table, keys.data(), keys.size(), servers, out);
+    }, &sink);
+    double vec = avx512 ? NsPerKey(keys, o.runs, [&](int32_t* out) {
+      osprey::placement_internal::ServersForKeysAvx512(table, keys.data(), keys.size(), servers, out);
+    }, &sink) : 0;
+    char vec_cell[32] = "-";
+    if (avx512) std::snprintf(vec_cell, sizeof(vec_cell), "%.1f", vec);
+    std::printf("%8d %14.1f %14.1f %14s %8.2fx\n", servers, scalar, lanes, vec_cell,
+                scalar / (avx512 ? vec : lanes));
+  }
+  std::printf("(checksum %lld)\n", static_cast<long long>(sink));
+  return 0;
 }
 
 }  // namespace
@@ -117,8 +171,13 @@ void Usage() {
 int main(int argc, char** argv) {
   using namespace osprey::server;
   Options o;
+  bool placement = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--placement") {
+      placement = true;
+      continue;
+    }
     if (i + 1 >= argc) Usage();
     if (a == "--rows") o.rows = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--keys") o.keys = std::strtoull(argv[++i], nullptr, 10);
@@ -129,6 +188,7 @@ int main(int argc, char** argv) {
     else if (a == "--dim") o.dim = std::atoi(argv[++i]);
     else Usage();
   }
+  if (placement) return o.keys > 0 && o.runs > 0 ? RunPlacement(o) : (Usage(), 2);
   if (o.rows == 0 || o.keys == 0 || o.keys > o.rows || o.pushes <= 0 || o.runs <= 0) Usage();
   std::printf("merge-then-apply, sparse rows: %zu rows, %zu keys per push, %d pushes per pass, "
               "median of %d\n", o.rows, o.keys, o.pushes, o.runs);

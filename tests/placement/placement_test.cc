@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 namespace osprey {
@@ -57,4 +58,31 @@ TEST(PlacementTest, DenseChunksSpreadOverServers) {
 }
 
 }  // namespace
+// The batched owners are ServerForKey's, bit for bit: both implementations (the AVX-512 one where
+// this CPU has it), for server counts from 1 to 1000, tables 0 and 9, lengths that are and are not
+// a multiple of the 8 lanes, and keys that make long jump chains (small mixes) as well as random.
+TEST(PlacementTest, BatchedOwnersEqualServerForKey) {
+  std::mt19937_64 rng(42);
+  std::vector<uint64_t> keys(4099);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i % 3 == 0 ? i : rng();
+  using Fn = void (*)(uint32_t, const uint64_t*, size_t, int32_t, int32_t*);
+  std::vector<std::pair<const char*, Fn>> impls = {{"ServersForKeys", &ServersForKeys},
+                                                   {"lanes", &placement_internal::ServersForKeysLanes}};
+  if (placement_internal::HaveAvx512()) impls.emplace_back("avx512", &placement_internal::ServersForKeysAvx512);
+  for (const auto& [name, fn] : impls) {
+    for (int32_t servers : {1, 2, 3, 7, 8, 16, 24, 300, 1000}) {
+      for (uint32_t table : {0u, 9u}) {
+        for (size_t n : {size_t{0}, size_t{5}, size_t{8}, size_t{4096}, keys.size()}) {
+          std::vector<int32_t> owners(n + 1, -7);
+          fn(table, keys.data(), n, servers, owners.data());
+          size_t wrong = 0;
+          for (size_t i = 0; i < n; ++i) wrong += owners[i] != ServerForKey(table, keys[i], servers);
+          EXPECT_EQ(wrong, 0u) << name << " servers " << servers << " table " << table << " n " << n;
+          EXPECT_EQ(owners[n], -7) << name << ": wrote past n";
+        }
+      }
+    }
+  }
+}
+
 }  // namespace osprey

@@ -225,7 +225,8 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
   }
   std::vector<int32_t> owner(n);
   std::vector<size_t> counts(num_servers, 0);
-  for (size_t i = 0; i < n; ++i) counts[owner[i] = ServerForKey(table, keys[i], num_servers)]++;
+  ServersForKeys(table, keys, n, num_servers, owner.data());
+  for (size_t i = 0; i < n; ++i) counts[owner[i]]++;
   std::vector<Buffer> kbuf(num_servers);
   std::vector<std::unique_ptr<Part>> parts(num_servers);
   std::vector<uint64_t*> kp(num_servers);
@@ -274,7 +275,8 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   }
   std::vector<int32_t> owner(n);
   std::vector<size_t> counts(num_servers, 0);
-  for (size_t i = 0; i < n; ++i) counts[owner[i] = ServerForKey(table, keys[i], num_servers)]++;
+  ServersForKeys(table, keys, n, num_servers, owner.data());
+  for (size_t i = 0; i < n; ++i) counts[owner[i]]++;
   std::vector<Buffer> kbuf(num_servers), vbuf(num_servers);
   std::vector<uint64_t*> kp(num_servers);
   std::vector<float*> vp(num_servers);
