@@ -20,6 +20,13 @@ size_t UnitFloats(const codec::CodecConfig& config, size_t n) {
 
 }  // namespace
 
+StatusOr<proto::Codec> SparseRowCodec(const codec::CodecConfig& config) {
+  if (config.type == "none") return proto::CODEC_NONE;
+  if (config.type == "fp16") return proto::CODEC_FP16;
+  if (config.type == "bf16") return proto::CODEC_BF16;
+  return InvalidArgument("codec '" + config.type + "' cannot carry sparse rows (none, fp16 or bf16)");
+}
+
 StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::CodecConfig& config,
                                                                    uint64_t seed) {
   OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<codec::Codec> codec, codec::MakeCodec(config));

@@ -55,6 +55,11 @@ struct CompressionStats {
   std::vector<DensityPoint> density_trajectory;  // see kMaxTrajectoryPoints; empty if none
 };
 
+// The wire type of a sparse table's push rows from its tables[].codec: CODEC_NONE, CODEC_FP16 or
+// CODEC_BF16 (the config loader refuses every other codec on a sparse table; InvalidArgument here
+// too, for configs built in code). Give it to Client::SetSparseRowCodec.
+StatusOr<proto::Codec> SparseRowCodec(const codec::CodecConfig& config);
+
 class DenseCompressor {
  public:
   // `config` must have passed codec::ValidateCodecConfig (LoadJobConfig does that); `seed` makes

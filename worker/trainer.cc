@@ -98,6 +98,11 @@ Status Trainer::Init() {
                             DenseCompressor::Create(job_.tables[dense_index].codec, rank_ + 1));
     client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
   }
+  int sparse_index = job_.TableIndex(job_.model.sparse_table);
+  if (sparse_index >= 0) {
+    OSPREY_ASSIGN_OR_RETURN(proto::Codec rows, SparseRowCodec(job_.tables[sparse_index].codec));
+    OSPREY_RETURN_IF_ERROR(client_->SetSparseRowCodec(sparse_table_, rows));
+  }
   return client_->Wait(client_->InitDense(dense_table_, params_.data()));
 }
 

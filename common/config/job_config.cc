@@ -158,6 +158,21 @@ Status Resolve(JobConfig* job) {
     if (!codec.ok()) {
       return InvalidArgument(file + ": tables[" + std::to_string(i) + "].codec: " + codec.message());
     }
+    // A sparse table's pushes are already row-sparse (one deduplicated row per key): its rows go
+    // whole, at most cast to 16 bits. Everything else would be silently meaningless there.
+    const codec::CodecConfig& c = job->tables[i].codec;
+    if (job->tables[i].type == "sparse") {
+      const std::string where = file + ": tables[" + std::to_string(i) + "].codec: table '" +
+                                job->tables[i].name + "' is sparse";
+      if (c.type != "none" && c.type != "fp16" && c.type != "bf16") {
+        return InvalidArgument(where + ": its gradient rows are sent whole, so the codec must be none, fp16 or bf16 "
+                               "(got '" + c.type + "'; top-k, random-k and onebit are for dense tables)");
+      }
+      if (c.error_feedback || c.dgc_momentum != 0.0f || c.clip_norm != 0.0f || c.schedule.type != "none") {
+        return InvalidArgument(where + ": error_feedback, dgc_momentum, clip_norm and schedule apply to dense "
+                               "tables only");
+      }
+    }
   }
   models::ModelConfig& mc = job->model.model;
   mc.dlrm.num_sparse = static_cast<int>(job->data.synthetic.cardinalities.size());

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "common/codec/codec_math.h"
 #include "common/placement.h"
 #include "tests/testing/cluster_fixture.h"
 
@@ -146,6 +147,62 @@ TEST_F(ClientTest, PushByServerMatchesPush) {
   s = client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), shifted.data()));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find("belongs to server 1"), std::string::npos) << s.ToString();
+}
+
+// Sparse rows sent as fp16 / bf16: every server decodes them, and each row moves by -lr times the
+// gradient rounded to that format (not the fp32 gradient); a finite gradient beyond fp16's range
+// arrives as 65504. Push (partitioned here), PushByServer and the values frames' size all agree.
+TEST_F(ClientTest, SparseRowsAsFp16OrBf16MoveRowsByTheRoundedGradient) {
+  const int dim = cluster_.map().tables(0).dim();
+  for (proto::Codec row_codec : {proto::CODEC_FP16, proto::CODEC_BF16}) {
+    SCOPED_TRACE(row_codec == proto::CODEC_FP16 ? "fp16" : "bf16");
+    ASSERT_TRUE(client_->SetSparseRowCodec(0, row_codec).ok());
+    std::vector<uint64_t> keys(90);
+    std::iota(keys.begin(), keys.end(), row_codec == proto::CODEC_FP16 ? 5000 : 6000);
+    std::vector<float> g(keys.size() * dim);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.1f + 1.37e-4f * static_cast<float>(i);
+    g[5] = 1e6f;  // beyond fp16's range: saturates to 65504 in fp16, ~1e6 in bf16
+    auto rounded = [&](float x) {
+      return row_codec == proto::CODEC_FP16
+                 ? codec::HalfBitsToFloat(codec::FloatToHalfBits(std::min(x, 65504.0f)))
+                 : codec::Bf16BitsToFloat(codec::FloatToBf16Bits(x));
+    };
+    std::vector<float> before(g.size()), after(g.size()), again(g.size());
+    ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), before.data())).ok());
+    const uint64_t pushed0 = client_->stats().bytes_pushed;
+    ASSERT_TRUE(client_->Wait(client_->Push(0, keys.data(), keys.size(), g.data())).ok());
+    EXPECT_EQ(client_->stats().bytes_pushed - pushed0, keys.size() * (sizeof(uint64_t) + dim * sizeof(uint16_t)));
+    ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), after.data())).ok());
+    int differs_from_fp32 = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_FLOAT_EQ(after[i], before[i] - 0.5f * rounded(g[i])) << "float " << i;
+      differs_from_fp32 += rounded(g[i]) != g[i];
+    }
+    EXPECT_GT(differs_from_fp32, static_cast<int>(g.size()) / 2);  // the test can tell the formats apart
+    if (row_codec == proto::CODEC_FP16) {
+      EXPECT_FLOAT_EQ(before[5] - after[5], 0.5f * 65504.0f);
+    }
+    // The same gradients grouped by server move every row by the same step again.
+    std::vector<uint64_t> grouped;
+    std::vector<float> grouped_g;
+    std::vector<int32_t> counts(3, 0);
+    for (int s = 0; s < 3; ++s) {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (ServerForKey(0, keys[i], 3) != s) continue;
+        grouped.push_back(keys[i]);
+        grouped_g.insert(grouped_g.end(), g.begin() + i * dim, g.begin() + (i + 1) * dim);
+        ++counts[s];
+      }
+    }
+    ASSERT_TRUE(
+        client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), counts.data())).ok());
+    ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), again.data())).ok());
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_FLOAT_EQ(again[i], after[i] - 0.5f * rounded(g[i])) << "float " << i;
+  }
+  for (int s = 0; s < 3; ++s) EXPECT_GE(cluster_.server(s).decode_stats().frames.load(), 4u);
+  ASSERT_TRUE(client_->SetSparseRowCodec(0, proto::CODEC_NONE).ok());
+  EXPECT_EQ(client_->SetSparseRowCodec(0, proto::CODEC_TOPK).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->SetSparseRowCodec(1, proto::CODEC_FP16).code(), StatusCode::kInvalidArgument);  // dense
 }
 
 TEST_F(ClientTest, WrongTableKindFailsImmediately) {

@@ -137,6 +137,25 @@ TEST(JobConfigTest, CodecAndConsistencySectionsAreValidated) {
   ExpectError(kMinimal, {"tables.mlp.consistency.mode=eventual"}, "consistency.mode: 'eventual'");
 }
 
+// A sparse table's rows go whole: fp16/bf16 casts are accepted, sparsifying codecs and the
+// dense-only decorators are refused by name instead of being ignored.
+TEST(JobConfigTest, SparseTableCodecIsACastOrNothing) {
+  for (const char* type : {"none", "fp16", "bf16"}) {
+    auto job = ParseJobConfig(kMinimal, "test.yaml", {std::string("tables.embeddings.codec.type=") + type});
+    ASSERT_TRUE(job.ok()) << type << ": " << job.status().ToString();
+    EXPECT_EQ(job->tables[0].codec.type, type);
+  }
+  for (const char* type : {"topk", "randomk", "onebit"}) {
+    ExpectError(kMinimal, {std::string("tables.embeddings.codec.type=") + type},
+                "tables[0].codec: table 'embeddings' is sparse: its gradient rows are sent whole, so the codec "
+                "must be none, fp16 or bf16 (got '" + std::string(type) + "'");
+  }
+  ExpectError(kMinimal, {"tables.embeddings.codec.type=fp16", "tables.embeddings.codec.error_feedback=true"},
+              "error_feedback, dgc_momentum, clip_norm and schedule apply to dense tables only");
+  ExpectError(kMinimal, {"tables.embeddings.codec.type=bf16", "tables.embeddings.codec.clip_norm=1"},
+              "apply to dense tables only");
+}
+
 TEST(JobConfigTest, WorkerSectionIsValidated) {
   auto job = ParseJobConfig(kMinimal, "test.yaml",
                             {"worker.device=auto", "worker.gpu=1", "worker.nccl=false",

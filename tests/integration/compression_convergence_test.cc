@@ -25,6 +25,8 @@ struct RunResult {
   worker::EvalResult eval;
   worker::CompressionStats comp;  // summed over workers; last_density is worker 0's
   uint64_t frames_decoded = 0;    // compressed frames the servers decoded
+  uint64_t bytes_encoded = 0;     // their values-frame bytes ...
+  uint64_t bytes_decoded = 0;     // ... and the fp32 bytes they decoded to
 };
 
 // Trains configs/local.yaml with `overrides` on an in-process cluster and evaluates worker 0.
@@ -58,6 +60,8 @@ RunResult Train(const std::vector<std::string>& overrides) {
   }
   for (int s = 0; s < 2; ++s) {
     out.frames_decoded += training.cluster().server(s).decode_stats().frames.load();
+    out.bytes_encoded += training.cluster().server(s).decode_stats().bytes_encoded.load();
+    out.bytes_decoded += training.cluster().server(s).decode_stats().bytes_decoded.load();
     EXPECT_EQ(training.cluster().server(s).stats().bad_requests, 0u);
   }
   return out;
@@ -143,6 +147,31 @@ TEST(CompressionConvergenceTest, WarmupScheduleRampsTheDensityDown) {
   EXPECT_GT(warm.comp.bytes_encoded, 2 * flat.comp.bytes_encoded);
   EXPECT_EQ(warm.comp.bytes_raw, flat.comp.bytes_raw);
   EXPECT_GT(warm.eval.auc, 0.7);
+}
+
+// Sparse embedding rows pushed as fp16 or bf16 (tables.embeddings.codec): every sparse push is
+// decoded by its server from half the bytes, and the model trains as with fp32 rows.
+TEST(CompressionConvergenceTest, Fp16AndBf16SparseRowsKeepTheAuc) {
+  RunResult none = Train({});
+  Print("rows fp32", none);
+  RunResult fp16 = Train({"tables.embeddings.codec.type=fp16"});
+  Print("rows fp16", fp16);
+  RunResult bf16 = Train({"tables.embeddings.codec.type=bf16"});
+  Print("rows bf16", bf16);
+  EXPECT_EQ(none.frames_decoded, 0u);
+  for (const RunResult* r : {&fp16, &bf16}) {
+    // 1000 steps, one sparse push per step to each of the 2 servers; the MLP goes uncompressed.
+    EXPECT_EQ(r->frames_decoded, 2000u);
+    EXPECT_EQ(r->comp.compressed_messages, 0u);
+    EXPECT_EQ(r->bytes_decoded, 2 * r->bytes_encoded);
+    EXPECT_EQ(r->eval.samples, none.eval.samples);
+  }
+  // Measured: AUC fp32 rows 0.7703, bf16 0.7698, fp16 0.7693 (runs are repeatable). fp16 loses
+  // more, most likely because embedding-gradient entries (per-sample gradients averaged over the
+  // batch of 256) often fall below its normal range (6.1e-5), where it keeps fewer bits; bf16
+  // has fp32's exponent range.
+  EXPECT_NEAR(bf16.eval.auc, none.eval.auc, 0.002);
+  EXPECT_NEAR(fp16.eval.auc, none.eval.auc, 0.002);
 }
 
 }  // namespace

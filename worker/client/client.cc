@@ -1,13 +1,60 @@
 #include "worker/client/client.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
+#include "common/codec/codec_math.h"
+#include "common/codec/encoded.h"
 #include "common/placement.h"
 
 namespace osprey::worker {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Bytes of one gradient value of a sparse push in `codec` (none, fp16 or bf16).
+size_t RowValueBytes(proto::Codec codec) { return codec == proto::CODEC_NONE ? sizeof(float) : sizeof(uint16_t); }
+
+// Writes `floats` gradient values in `codec` at `dst` and returns the bytes written. The casts
+// round to nearest even and saturate: a finite value beyond the format's range goes as its
+// largest finite value (fp16: +-65504), never as an infinity the server would refuse; NaN and
+// infinities stay what they are, and the server's non_finite policy treats them as in fp32.
+size_t EncodeRowValues(const float* src, size_t floats, proto::Codec codec, uint8_t* dst) {
+  if (codec == proto::CODEC_NONE) {
+    std::memcpy(dst, src, floats * sizeof(float));
+    return floats * sizeof(float);
+  }
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  if (codec == proto::CODEC_FP16) {
+    constexpr float kMaxHalf = 65504.0f;
+    for (size_t i = 0; i < floats; ++i) {
+      const float x = src[i];
+      out[i] = codec::FloatToHalfBits(x > kMaxHalf ? kMaxHalf : x < -kMaxHalf ? -kMaxHalf : x);
+    }
+  } else {
+    for (size_t i = 0; i < floats; ++i) {
+      uint16_t b = codec::FloatToBf16Bits(src[i]);
+      // Rounding up past the largest finite bf16 gives infinity; keep the sign, saturate.
+      if ((b & 0x7FFFu) == 0x7F80u && std::isfinite(src[i])) b = static_cast<uint16_t>((b & 0x8000u) | 0x7F7Fu);
+      out[i] = b;
+    }
+  }
+  return floats * sizeof(uint16_t);
+}
+
+// Marks a sparse push header as carrying `floats` values in `codec` (common/codec/encoded.h's
+// layout: the values one after the other, 2 bytes each; the count is the decoded length).
+void SetRowCodec(proto::Codec codec, size_t floats, proto::Header* h) {
+  if (codec == proto::CODEC_NONE) return;
+  h->set_codec(codec);
+  h->set_codec_count(floats);
+  h->set_codec_value_type(static_cast<uint32_t>(codec == proto::CODEC_FP16 ? codec::ValueType::kFp16
+                                                                            : codec::ValueType::kBf16));
+}
+
+}  // namespace
 
 struct Client::Part {
   Ticket ticket = 0;
@@ -39,6 +86,7 @@ Client::Client(const ClientOptions& options, std::unique_ptr<Transport> transpor
                const proto::ShardMap& shard_map)
     : options_(options), transport_(std::move(transport)), map_(shard_map) {
   versions_.assign(map_.tables_size(), 0);
+  sparse_codecs_.assign(map_.tables_size(), proto::CODEC_NONE);
   // Dense placement is fixed for the shard map's epoch: route every dense table once.
   int num_servers = map_.server_endpoints_size();
   dense_routes_.resize(map_.tables_size());
@@ -128,6 +176,18 @@ std::string Client::Describe(proto::Op op, uint32_t table) const {
                          ? "'" + map_.tables(table).name() + "'"
                          : std::to_string(table);
   return std::string(verb) + " table " + name;
+}
+
+Status Client::SetSparseRowCodec(uint32_t table, proto::Codec codec) {
+  OSPREY_RETURN_IF_ERROR(CheckTable(table, /*sparse=*/true));
+  if (codec != proto::CODEC_NONE && codec != proto::CODEC_FP16 && codec != proto::CODEC_BF16) {
+    return InvalidArgument("sparse table '" + map_.tables(table).name() +
+                           "': rows can be sent as fp32, fp16 or bf16, not with codec " +
+                           codec::CodecIdName(static_cast<codec::CodecId>(codec)));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sparse_codecs_[table] = codec;
+  return Status::OK();
 }
 
 void Client::SetDenseEncoder(uint32_t table, DenseEncoder encoder) {
@@ -260,17 +320,21 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   if (!bad.ok() || n == 0) return ticket;
   int num_servers = static_cast<int>(peers_.size());
   size_t dim = map_.tables(table).dim();
+  const proto::Codec row_codec = sparse_codecs_[table];
+  const size_t row_bytes = dim * RowValueBytes(row_codec);
   proto::Header h;
   h.set_op(proto::OP_PUSH_SPARSE);
   h.set_table(table);
   h.set_clock(clock);
   h.set_version(version);
   if (num_servers == 1) {  // no partitioning: two bulk copies
+    SetRowCodec(row_codec, n * dim, &h);
     auto part = std::make_unique<Part>();
     part->op = proto::OP_PUSH_SPARSE;
     part->table = table;
-    SendPart(ticket, 0, h, Buffer::Copy(keys, n * sizeof(uint64_t)),
-             Buffer::Copy(grads, n * dim * sizeof(float)), std::move(part));
+    Buffer values = Buffer::Allocate(n * row_bytes);
+    EncodeRowValues(grads, n * dim, row_codec, values.mutable_data());
+    SendPart(ticket, 0, h, Buffer::Copy(keys, n * sizeof(uint64_t)), std::move(values), std::move(part));
     return ticket;
   }
   std::vector<int32_t> owner(n);
@@ -279,25 +343,25 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   for (size_t i = 0; i < n; ++i) counts[owner[i]]++;
   std::vector<Buffer> kbuf(num_servers), vbuf(num_servers);
   std::vector<uint64_t*> kp(num_servers);
-  std::vector<float*> vp(num_servers);
+  std::vector<uint8_t*> vp(num_servers);
   for (int s = 0; s < num_servers; ++s) {
     if (counts[s] == 0) continue;
     kbuf[s] = Buffer::Allocate(counts[s] * sizeof(uint64_t));
-    vbuf[s] = Buffer::Allocate(counts[s] * dim * sizeof(float));
+    vbuf[s] = Buffer::Allocate(counts[s] * row_bytes);
     kp[s] = reinterpret_cast<uint64_t*>(kbuf[s].mutable_data());
-    vp[s] = reinterpret_cast<float*>(vbuf[s].mutable_data());
+    vp[s] = vbuf[s].mutable_data();
   }
   for (size_t i = 0; i < n; ++i) {
     int s = owner[i];
     *kp[s]++ = keys[i];
-    std::memcpy(vp[s], grads + i * dim, dim * sizeof(float));
-    vp[s] += dim;
+    vp[s] += EncodeRowValues(grads + i * dim, dim, row_codec, vp[s]);
   }
   for (int s = 0; s < num_servers; ++s) {
     if (counts[s] == 0) continue;
     auto part = std::make_unique<Part>();
     part->op = proto::OP_PUSH_SPARSE;
     part->table = table;
+    SetRowCodec(row_codec, counts[s] * dim, &h);
     SendPart(ticket, s, h, std::move(kbuf[s]), std::move(vbuf[s]), std::move(part));
   }
   return ticket;
@@ -325,6 +389,7 @@ Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, cons
   Ticket ticket = NewTicket(proto::OP_PUSH_SPARSE, table, bad);
   if (!bad.ok() || n == 0) return ticket;
   const size_t dim = map_.tables(table).dim();
+  const proto::Codec row_codec = sparse_codecs_[table];
   proto::Header h;
   h.set_op(proto::OP_PUSH_SPARSE);
   h.set_table(table);
@@ -337,8 +402,11 @@ Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, cons
     auto part = std::make_unique<Part>();
     part->op = proto::OP_PUSH_SPARSE;
     part->table = table;
-    SendPart(ticket, s, h, Buffer::Copy(keys + first, count * sizeof(uint64_t)),
-             Buffer::Copy(grads + first * dim, count * dim * sizeof(float)), std::move(part));
+    SetRowCodec(row_codec, count * dim, &h);
+    Buffer values = Buffer::Allocate(count * dim * RowValueBytes(row_codec));
+    EncodeRowValues(grads + first * dim, count * dim, row_codec, values.mutable_data());
+    SendPart(ticket, s, h, Buffer::Copy(keys + first, count * sizeof(uint64_t)), std::move(values),
+             std::move(part));
     first += count;
   }
   return ticket;

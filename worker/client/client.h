@@ -126,6 +126,14 @@ class Client {
 
   Status Wait(Ticket ticket);
 
+  // Sends the gradient rows of every later Push / PushByServer of sparse `table` as `codec`:
+  // CODEC_NONE (fp32, the default), CODEC_FP16 or CODEC_BF16 (round to nearest even, finite
+  // values beyond the format's range saturate to its largest finite value; half the bytes). The
+  // server decodes them to fp32 before merging. InvalidArgument for a dense or unknown table or
+  // another codec (rows of a sparse table are never sparsified). Not thread-safe with concurrent
+  // pushes to the same table; call before training starts.
+  Status SetSparseRowCodec(uint32_t table, proto::Codec codec);
+
   // Compresses every later PushDense of `table` with `encoder` (nullptr: plain fp32). Not
   // thread-safe with concurrent pushes to the same table; call before training starts.
   void SetDenseEncoder(uint32_t table, DenseEncoder encoder);
@@ -167,6 +175,7 @@ class Client {
   std::vector<PeerId> peers_;        // by server rank
   std::unordered_map<PeerId, int> server_of_peer_;
   std::vector<DenseEncoder> dense_encoders_;  // by table id; set before use
+  std::vector<proto::Codec> sparse_codecs_;   // by table id: wire type of sparse push rows; set before use
   std::vector<std::vector<DenseRoute>> dense_routes_;  // by table id; immutable after construction
 
   mutable std::mutex mu_;
