@@ -30,6 +30,27 @@ class ClientTest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
+// Keys and gradient rows of table 0 grouped by their server of 3, stable within a server: what
+// Client::PushByServer takes.
+struct GroupedPush {
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;
+  std::vector<int32_t> counts = std::vector<int32_t>(3, 0);
+};
+
+GroupedPush GroupByServer(const std::vector<uint64_t>& keys, const std::vector<float>& g, int dim) {
+  GroupedPush out;
+  for (int s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (ServerForKey(0, keys[i], 3) != s) continue;
+      out.keys.push_back(keys[i]);
+      out.grads.insert(out.grads.end(), g.begin() + i * dim, g.begin() + (i + 1) * dim);
+      ++out.counts[s];
+    }
+  }
+  return out;
+}
+
 TEST_F(ClientTest, SparsePullPushAcrossServersWithDuplicates) {
   std::vector<uint64_t> keys(200);
   std::iota(keys.begin(), keys.end(), 1000);
@@ -116,20 +137,10 @@ TEST_F(ClientTest, PushByServerMatchesPush) {
   for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 97);
   std::vector<float> before(g.size()), after(g.size()), via_push(g.size());
   ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), before.data())).ok());
-  // Grouped copy of keys and rows, stable within a server.
-  std::vector<uint64_t> grouped;
-  std::vector<float> grouped_g;
-  std::vector<int32_t> counts(3, 0);
-  for (int s = 0; s < 3; ++s) {
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (ServerForKey(0, keys[i], 3) != s) continue;
-      grouped.push_back(keys[i]);
-      grouped_g.insert(grouped_g.end(), g.begin() + i * dim, g.begin() + (i + 1) * dim);
-      ++counts[s];
-    }
-  }
+  const GroupedPush grouped = GroupByServer(keys, g, dim);
+  const std::vector<int32_t>& counts = grouped.counts;
   EXPECT_GT(*std::min_element(counts.begin(), counts.end()), 0);
-  ASSERT_TRUE(client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), counts.data()))
+  ASSERT_TRUE(client_->Wait(client_->PushByServer(0, grouped.keys.data(), grouped.keys.size(), grouped.grads.data(), counts.data()))
                   .ok());
   ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), after.data())).ok());
   ASSERT_TRUE(client_->Wait(client_->Push(0, keys.data(), keys.size(), g.data())).ok());
@@ -140,11 +151,11 @@ TEST_F(ClientTest, PushByServerMatchesPush) {
     EXPECT_NE(after[i] == before[i], g[i] != 0.0f) << "float " << i;
   }
   std::vector<int32_t> short_counts = {counts[0], counts[1], counts[2] - 1};
-  Status s = client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), short_counts.data()));
+  Status s = client_->Wait(client_->PushByServer(0, grouped.keys.data(), grouped.keys.size(), grouped.grads.data(), short_counts.data()));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("sum to"), std::string::npos) << s.ToString();
   std::vector<int32_t> shifted = {counts[0] + 1, counts[1] - 1, counts[2]};  // server 1's first key sent to 0
-  s = client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), shifted.data()));
+  s = client_->Wait(client_->PushByServer(0, grouped.keys.data(), grouped.keys.size(), grouped.grads.data(), shifted.data()));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find("belongs to server 1"), std::string::npos) << s.ToString();
 }
@@ -183,19 +194,9 @@ TEST_F(ClientTest, SparseRowsAsFp16OrBf16MoveRowsByTheRoundedGradient) {
       EXPECT_FLOAT_EQ(before[5] - after[5], 0.5f * 65504.0f);
     }
     // The same gradients grouped by server move every row by the same step again.
-    std::vector<uint64_t> grouped;
-    std::vector<float> grouped_g;
-    std::vector<int32_t> counts(3, 0);
-    for (int s = 0; s < 3; ++s) {
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (ServerForKey(0, keys[i], 3) != s) continue;
-        grouped.push_back(keys[i]);
-        grouped_g.insert(grouped_g.end(), g.begin() + i * dim, g.begin() + (i + 1) * dim);
-        ++counts[s];
-      }
-    }
+    const GroupedPush grouped = GroupByServer(keys, g, dim);
     ASSERT_TRUE(
-        client_->Wait(client_->PushByServer(0, grouped.data(), grouped.size(), grouped_g.data(), counts.data())).ok());
+        client_->Wait(client_->PushByServer(0, grouped.keys.data(), grouped.keys.size(), grouped.grads.data(), grouped.counts.data())).ok());
     ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), again.data())).ok());
     for (size_t i = 0; i < g.size(); ++i) ASSERT_FLOAT_EQ(again[i], after[i] - 0.5f * rounded(g[i])) << "float " << i;
   }
