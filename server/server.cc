@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/placement.h"
 #include "server/checkpoint.h"
+#include "common/codec/row_cast.h"
 #include "server/codec_decode.h"
 
 namespace osprey::server {
@@ -461,11 +462,13 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
                               " is not the current epoch " + std::to_string(epoch_));
   }
   const bool encoded = h.codec() != proto::CODEC_NONE;
-  if (encoded && h.op() != proto::OP_PUSH_DENSE && h.op() != proto::OP_PUSH_SPARSE) {
+  const bool pull_cast = encoded && h.op() == proto::OP_PULL_SPARSE;  // reply rows as fp16 / bf16
+  if (encoded && !pull_cast && h.op() != proto::OP_PUSH_DENSE && h.op() != proto::OP_PUSH_SPARSE) {
     return InvalidArgument("codec " + std::to_string(h.codec()) + " on table '" + t.spec().name() +
-                           "': only pushes may be compressed");
+                           "': only pushes and sparse pulls (fp16 / bf16 rows) may carry a codec");
   }
   OSPREY_RETURN_IF_ERROR(ValidateKeys(h, msg, t));
+  if (pull_cast) OSPREY_RETURN_IF_ERROR(ValidatePullCast(h, t));
   const uint64_t* keys = msg.keys.as<uint64_t>();
   size_t n = h.num_keys();
   uint32_t id = h.table();
@@ -478,7 +481,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   // A compressed push is decoded to fp32 first (the whole frame is validated, nothing of a bad
   // one is applied) and from here on handled exactly like an fp32 push.
   Buffer push_values = msg.values;
-  if (encoded) {
+  if (encoded && !is_pull) {
     std::vector<float> v;
     Status ds = DecodePushValues(h, msg.values, floats, &v, &decode_stats_);
     if (!ds.ok()) return ds.WithContext("table '" + t.spec().name() + "'");
@@ -536,9 +539,33 @@ Status Server::ServePull(const proto::Header& h, const Message& msg, proto::Head
                                   : store_->PullChunks(id, keys, n, out));
   }
   t.RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
+  if (sparse && h.codec() != proto::CODEC_NONE) {  // checked by ValidatePullCast: fp16 or bf16 rows
+    const auto type = static_cast<codec::ValueType>(h.codec_value_type());
+    Buffer cast = Buffer::Allocate(floats * codec::RowValueBytes(type));
+    codec::CastRowValues(values->as<float>(), floats, type, cast.mutable_data());
+    *values = std::move(cast);
+    reply->set_codec(h.codec());
+    reply->set_codec_value_type(h.codec_value_type());
+    reply->set_codec_count(floats);
+  }
   reply->set_version(t.version());
   reply->set_num_keys(0);
   reply->set_value_bytes(values->size());
+  return Status::OK();
+}
+
+Status Server::ValidatePullCast(const proto::Header& h, const TableShard& t) const {
+  const std::string what = "table '" + t.spec().name() + "': pull with codec " + std::to_string(h.codec());
+  const bool fp16 = h.codec() == proto::CODEC_FP16 && h.codec_value_type() == uint32_t(codec::ValueType::kFp16);
+  const bool bf16 = h.codec() == proto::CODEC_BF16 && h.codec_value_type() == uint32_t(codec::ValueType::kBf16);
+  if (!fp16 && !bf16) {
+    return InvalidArgument(what + " and value type " + std::to_string(h.codec_value_type()) +
+                           ": a sparse pull may ask for its rows as fp16 or bf16 only");
+  }
+  if (h.codec_count() != h.num_keys() * static_cast<uint64_t>(t.spec().dim())) {
+    return InvalidArgument(what + ": codec_count " + std::to_string(h.codec_count()) + " is not the " +
+                           std::to_string(h.num_keys()) + " keys x dim " + std::to_string(t.spec().dim()));
+  }
   return Status::OK();
 }
 

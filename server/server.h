@@ -114,6 +114,10 @@ class Server {
   // whose clock is not ready sets *held and gets no reply now. Called under work_mu_.
   Status Execute(const proto::Header& h, const Message& msg, proto::Header* reply, Buffer* values,
                  bool* held);
+  // A sparse pull's codec asks for its rows as fp16 or bf16 (common/codec/row_cast.h):
+  // InvalidArgument unless codec and value type name one of those and codec_count is the rows'
+  // float count.
+  Status ValidatePullCast(const proto::Header& h, const TableShard& t) const;
   Status ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,
                    Buffer* values);
   Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t);

@@ -20,11 +20,22 @@ size_t UnitFloats(const codec::CodecConfig& config, size_t n) {
 
 }  // namespace
 
-StatusOr<proto::Codec> SparseRowCodec(const codec::CodecConfig& config) {
-  if (config.type == "none") return proto::CODEC_NONE;
-  if (config.type == "fp16") return proto::CODEC_FP16;
-  if (config.type == "bf16") return proto::CODEC_BF16;
-  return InvalidArgument("codec '" + config.type + "' cannot carry sparse rows (none, fp16 or bf16)");
+namespace {
+
+StatusOr<proto::Codec> RowCodec(const std::string& type, const char* field) {
+  if (type == "none") return proto::CODEC_NONE;
+  if (type == "fp16") return proto::CODEC_FP16;
+  if (type == "bf16") return proto::CODEC_BF16;
+  return InvalidArgument(std::string(field) + " '" + type + "' cannot carry sparse rows (none, fp16 or bf16)");
+}
+
+}  // namespace
+
+Status SetSparseRowCodecs(const config::TableConfig& config, uint32_t table, Client* client) {
+  OSPREY_ASSIGN_OR_RETURN(proto::Codec push, RowCodec(config.codec.type, "codec"));
+  OSPREY_ASSIGN_OR_RETURN(proto::Codec pull, RowCodec(config.pull_codec, "pull_codec"));
+  OSPREY_RETURN_IF_ERROR(client->SetSparseRowCodec(table, push));
+  return client->SetSparsePullCodec(table, pull);
 }
 
 StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::CodecConfig& config,

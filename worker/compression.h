@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/codec/codec.h"
+#include "common/config/job_config.h"
 #include "common/status.h"
 #include "worker/client/client.h"
 
@@ -55,10 +56,10 @@ struct CompressionStats {
   std::vector<DensityPoint> density_trajectory;  // see kMaxTrajectoryPoints; empty if none
 };
 
-// The wire type of a sparse table's push rows from its tables[].codec: CODEC_NONE, CODEC_FP16 or
-// CODEC_BF16 (the config loader refuses every other codec on a sparse table; InvalidArgument here
-// too, for configs built in code). Give it to Client::SetSparseRowCodec.
-StatusOr<proto::Codec> SparseRowCodec(const codec::CodecConfig& config);
+// Sets the wire types of sparse `table`'s rows on `client` from its config: pushes from
+// tables[].codec, pulls from tables[].pull_codec (each none, fp16 or bf16; the config loader
+// refuses the others, and so does this, for configs built in code).
+Status SetSparseRowCodecs(const config::TableConfig& config, uint32_t table, Client* client);
 
 class DenseCompressor {
  public:

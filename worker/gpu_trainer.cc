@@ -590,11 +590,8 @@ Status GpuTrainer::Init() {
     OSPREY_ASSIGN_OR_RETURN(compressor_, DenseCompressor::Create(job_.tables[dense_index].codec, rank_ + 1));
     client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
   }
-  {
-    OSPREY_ASSIGN_OR_RETURN(proto::Codec rows,
-                            SparseRowCodec(job_.tables[job_.TableIndex(job_.model.sparse_table)].codec));
-    OSPREY_RETURN_IF_ERROR(client_->SetSparseRowCodec(sparse_table_, rows));
-  }
+  OSPREY_RETURN_IF_ERROR(
+      SetSparseRowCodecs(job_.tables[job_.TableIndex(job_.model.sparse_table)], sparse_table_, client_));
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, job_.worker.data_threads,
                                          job_.worker.data_pool_batches);
   if (job_.worker.data_pool_batches > 0) {  // made before training starts, outside its time (synthetic

@@ -100,8 +100,7 @@ Status Trainer::Init() {
   }
   int sparse_index = job_.TableIndex(job_.model.sparse_table);
   if (sparse_index >= 0) {
-    OSPREY_ASSIGN_OR_RETURN(proto::Codec rows, SparseRowCodec(job_.tables[sparse_index].codec));
-    OSPREY_RETURN_IF_ERROR(client_->SetSparseRowCodec(sparse_table_, rows));
+    OSPREY_RETURN_IF_ERROR(SetSparseRowCodecs(job_.tables[sparse_index], sparse_table_, client_));
   }
   return client_->Wait(client_->InitDense(dense_table_, params_.data()));
 }

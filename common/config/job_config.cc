@@ -66,6 +66,7 @@ void ParseTable(YamlFields& f, TableConfig* t) {
   f.Section("optimizer", [&](YamlFields& s) { ParseOptimizer(s, &t->optimizer); });
   f.Section("consistency", [&](YamlFields& s) { ParseConsistency(s, &t->consistency); });
   f.Section("codec", [&](YamlFields& s) { ParseCodec(s, &t->codec); });
+  f.Get("pull_codec", &t->pull_codec, {"none", "fp16", "bf16"});
   if (f.ok() && t->name.empty()) f.Fail("name", "every table needs a non-empty name");
 }
 
@@ -161,6 +162,11 @@ Status Resolve(JobConfig* job) {
     // A sparse table's pushes are already row-sparse (one deduplicated row per key): its rows go
     // whole, at most cast to 16 bits. Everything else would be silently meaningless there.
     const codec::CodecConfig& c = job->tables[i].codec;
+    if (job->tables[i].type == "dense" && job->tables[i].pull_codec != "none") {
+      return InvalidArgument(file + ": tables[" + std::to_string(i) + "].pull_codec: table '" +
+                             job->tables[i].name + "' is dense; only sparse tables' rows can be pulled as " +
+                             job->tables[i].pull_codec);
+    }
     if (job->tables[i].type == "sparse") {
       const std::string where = file + ": tables[" + std::to_string(i) + "].codec: table '" +
                                 job->tables[i].name + "' is sparse";

@@ -51,6 +51,7 @@ struct TableConfig {
   server::OptimizerConfig optimizer;
   ConsistencyConfig consistency;  // merge-then-apply mode and staleness policies
   codec::CodecConfig codec;       // compression of this table's pushes (default: none)
+  std::string pull_codec = "none";  // sparse: wire type of pulled rows: none (fp32) | fp16 | bf16
 };
 
 struct ModelSection {

@@ -206,6 +206,51 @@ TEST_F(ClientTest, SparseRowsAsFp16OrBf16MoveRowsByTheRoundedGradient) {
   EXPECT_EQ(client_->SetSparseRowCodec(1, proto::CODEC_FP16).code(), StatusCode::kInvalidArgument);  // dense
 }
 
+// Rows pulled as fp16 / bf16 are the servers' fp32 rows rounded to that format, in the caller's
+// fp32 array, at half the pulled bytes; through the partitioned path (3 servers) and the single
+// server's bulk path.
+TEST_F(ClientTest, SparsePullsAsFp16OrBf16GiveTheRoundedRows) {
+  const int dim = cluster_.map().tables(0).dim();
+  std::vector<uint64_t> keys(120);
+  std::iota(keys.begin(), keys.end(), 7000);
+  keys.push_back(7003);  // a duplicate
+  std::vector<float> fp32(keys.size() * dim), cast(keys.size() * dim);
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), fp32.data())).ok());
+  for (proto::Codec pull_codec : {proto::CODEC_FP16, proto::CODEC_BF16}) {
+    SCOPED_TRACE(pull_codec == proto::CODEC_FP16 ? "fp16" : "bf16");
+    ASSERT_TRUE(client_->SetSparsePullCodec(0, pull_codec).ok());
+    const uint64_t pulled0 = client_->stats().bytes_pulled;
+    ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), cast.data())).ok());
+    EXPECT_EQ(client_->stats().bytes_pulled - pulled0, keys.size() * dim * sizeof(uint16_t));
+    int rounded = 0;
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      const float want = pull_codec == proto::CODEC_FP16 ? codec::HalfBitsToFloat(codec::FloatToHalfBits(fp32[i]))
+                                                         : codec::Bf16BitsToFloat(codec::FloatToBf16Bits(fp32[i]));
+      ASSERT_EQ(cast[i], want) << "float " << i;
+      rounded += cast[i] != fp32[i];
+    }
+    EXPECT_GT(rounded, static_cast<int>(fp32.size()) / 2);  // the rows really went in 16 bits
+  }
+  ASSERT_TRUE(client_->SetSparsePullCodec(0, proto::CODEC_NONE).ok());
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, keys.data(), keys.size(), cast.data())).ok());
+  EXPECT_EQ(cast, fp32);
+  EXPECT_EQ(client_->SetSparsePullCodec(0, proto::CODEC_ONEBIT).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->SetSparsePullCodec(1, proto::CODEC_BF16).code(), StatusCode::kInvalidArgument);  // dense
+
+  InprocCluster one(1);
+  ASSERT_TRUE(one.ActivateAll().ok());
+  Client single(ClientOptions{}, one.NewTransport(), one.map());
+  ASSERT_TRUE(single.Start().ok());
+  std::vector<float> one_fp32(keys.size() * dim), one_bf16(keys.size() * dim);
+  ASSERT_TRUE(single.Wait(single.Pull(0, keys.data(), keys.size(), one_fp32.data())).ok());
+  ASSERT_TRUE(single.SetSparsePullCodec(0, proto::CODEC_BF16).ok());
+  ASSERT_TRUE(single.Wait(single.Pull(0, keys.data(), keys.size(), one_bf16.data())).ok());
+  for (size_t i = 0; i < one_fp32.size(); ++i) {
+    ASSERT_EQ(one_bf16[i], codec::Bf16BitsToFloat(codec::FloatToBf16Bits(one_fp32[i]))) << "float " << i;
+  }
+  single.Stop();
+}
+
 TEST_F(ClientTest, WrongTableKindFailsImmediately) {
   float x[4];
   uint64_t k = 1;

@@ -154,6 +154,13 @@ TEST(JobConfigTest, SparseTableCodecIsACastOrNothing) {
               "error_feedback, dgc_momentum, clip_norm and schedule apply to dense tables only");
   ExpectError(kMinimal, {"tables.embeddings.codec.type=bf16", "tables.embeddings.codec.clip_norm=1"},
               "apply to dense tables only");
+  auto pulls = ParseJobConfig(kMinimal, "test.yaml", {"tables.embeddings.pull_codec=bf16"});
+  ASSERT_TRUE(pulls.ok()) << pulls.status().ToString();
+  EXPECT_EQ(pulls->tables[0].pull_codec, "bf16");
+  EXPECT_EQ(pulls->tables[1].pull_codec, "none");
+  ExpectError(kMinimal, {"tables.mlp.pull_codec=fp16"},
+              "tables[1].pull_codec: table 'mlp' is dense; only sparse tables' rows can be pulled as fp16");
+  ExpectError(kMinimal, {"tables.embeddings.pull_codec=topk"}, "tables[0].pull_codec: 'topk' is not one of");
 }
 
 TEST(JobConfigTest, WorkerSectionIsValidated) {

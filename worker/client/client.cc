@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/codec/codec_math.h"
 #include "common/codec/encoded.h"
+#include "common/codec/row_cast.h"
 #include "common/placement.h"
 
 namespace osprey::worker {
@@ -14,44 +14,22 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Bytes of one gradient value of a sparse push in `codec` (none, fp16 or bf16).
-size_t RowValueBytes(proto::Codec codec) { return codec == proto::CODEC_NONE ? sizeof(float) : sizeof(uint16_t); }
-
-// Writes `floats` gradient values in `codec` at `dst` and returns the bytes written. The casts
-// round to nearest even and saturate: a finite value beyond the format's range goes as its
-// largest finite value (fp16: +-65504), never as an infinity the server would refuse; NaN and
-// infinities stay what they are, and the server's non_finite policy treats them as in fp32.
-size_t EncodeRowValues(const float* src, size_t floats, proto::Codec codec, uint8_t* dst) {
-  if (codec == proto::CODEC_NONE) {
-    std::memcpy(dst, src, floats * sizeof(float));
-    return floats * sizeof(float);
+// Wire type of sparse rows sent or received with `codec` (none, fp16 or bf16).
+codec::ValueType RowType(proto::Codec codec) {
+  switch (codec) {
+    case proto::CODEC_FP16: return codec::ValueType::kFp16;
+    case proto::CODEC_BF16: return codec::ValueType::kBf16;
+    default: return codec::ValueType::kFp32;
   }
-  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-  if (codec == proto::CODEC_FP16) {
-    constexpr float kMaxHalf = 65504.0f;
-    for (size_t i = 0; i < floats; ++i) {
-      const float x = src[i];
-      out[i] = codec::FloatToHalfBits(x > kMaxHalf ? kMaxHalf : x < -kMaxHalf ? -kMaxHalf : x);
-    }
-  } else {
-    for (size_t i = 0; i < floats; ++i) {
-      uint16_t b = codec::FloatToBf16Bits(src[i]);
-      // Rounding up past the largest finite bf16 gives infinity; keep the sign, saturate.
-      if ((b & 0x7FFFu) == 0x7F80u && std::isfinite(src[i])) b = static_cast<uint16_t>((b & 0x8000u) | 0x7F7Fu);
-      out[i] = b;
-    }
-  }
-  return floats * sizeof(uint16_t);
 }
 
-// Marks a sparse push header as carrying `floats` values in `codec` (common/codec/encoded.h's
-// layout: the values one after the other, 2 bytes each; the count is the decoded length).
+// Marks a sparse request header as carrying (push) or asking for (pull) `floats` row values in
+// `codec` (encoded.h's fp16 / bf16 layout; the count is the decoded length).
 void SetRowCodec(proto::Codec codec, size_t floats, proto::Header* h) {
   if (codec == proto::CODEC_NONE) return;
   h->set_codec(codec);
   h->set_codec_count(floats);
-  h->set_codec_value_type(static_cast<uint32_t>(codec == proto::CODEC_FP16 ? codec::ValueType::kFp16
-                                                                            : codec::ValueType::kBf16));
+  h->set_codec_value_type(static_cast<uint32_t>(RowType(codec)));
 }
 
 }  // namespace
@@ -69,6 +47,7 @@ struct Client::Part {
   size_t expect_bytes = 0;              // pulls: reply values size
   bool clock_only = false;              // dense pull outside a server mask: no keys, no values
   Buffer reply;                         // pulls: the reply's values frame, until Wait copies it
+  codec::ValueType reply_type = codec::ValueType::kFp32;  // sparse pull: wire type of its rows
 };
 
 struct Client::TicketState {
@@ -87,6 +66,7 @@ Client::Client(const ClientOptions& options, std::unique_ptr<Transport> transpor
     : options_(options), transport_(std::move(transport)), map_(shard_map) {
   versions_.assign(map_.tables_size(), 0);
   sparse_codecs_.assign(map_.tables_size(), proto::CODEC_NONE);
+  pull_codecs_.assign(map_.tables_size(), proto::CODEC_NONE);
   // Dense placement is fixed for the shard map's epoch: route every dense table once.
   int num_servers = map_.server_endpoints_size();
   dense_routes_.resize(map_.tables_size());
@@ -179,14 +159,23 @@ std::string Client::Describe(proto::Op op, uint32_t table) const {
 }
 
 Status Client::SetSparseRowCodec(uint32_t table, proto::Codec codec) {
+  return SetTableRowCodec(table, codec, "sent", &sparse_codecs_);
+}
+
+Status Client::SetSparsePullCodec(uint32_t table, proto::Codec codec) {
+  return SetTableRowCodec(table, codec, "pulled", &pull_codecs_);
+}
+
+Status Client::SetTableRowCodec(uint32_t table, proto::Codec codec, const char* verb,
+                                 std::vector<proto::Codec>* codecs) {
   OSPREY_RETURN_IF_ERROR(CheckTable(table, /*sparse=*/true));
   if (codec != proto::CODEC_NONE && codec != proto::CODEC_FP16 && codec != proto::CODEC_BF16) {
-    return InvalidArgument("sparse table '" + map_.tables(table).name() +
-                           "': rows can be sent as fp32, fp16 or bf16, not with codec " +
+    return InvalidArgument("sparse table '" + map_.tables(table).name() + "': rows can be " + verb +
+                           " as fp32, fp16 or bf16, not with codec " +
                            codec::CodecIdName(static_cast<codec::CodecId>(codec)));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  sparse_codecs_[table] = codec;
+  (*codecs)[table] = codec;
   return Status::OK();
 }
 
@@ -269,7 +258,10 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
   Ticket ticket = NewTicket(proto::OP_PULL_SPARSE, table, bad);
   if (!bad.ok() || n == 0) return ticket;
   int num_servers = static_cast<int>(peers_.size());
-  size_t row_bytes = map_.tables(table).dim() * sizeof(float);
+  const size_t dim = map_.tables(table).dim();
+  const proto::Codec pull_codec = pull_codecs_[table];
+  const codec::ValueType reply_type = RowType(pull_codec);
+  const size_t row_bytes = dim * codec::RowValueBytes(reply_type);
   proto::Header h;
   h.set_op(proto::OP_PULL_SPARSE);
   h.set_table(table);
@@ -280,6 +272,8 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
     part->table = table;
     part->out = out;
     part->expect_bytes = n * row_bytes;
+    part->reply_type = reply_type;
+    SetRowCodec(pull_codec, n * dim, &h);
     SendPart(ticket, 0, h, Buffer::Copy(keys, n * sizeof(uint64_t)), Buffer(), std::move(part));
     return ticket;
   }
@@ -300,6 +294,7 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
     parts[s]->out = out;
     parts[s]->positions.reserve(counts[s]);
     parts[s]->expect_bytes = counts[s] * row_bytes;
+    parts[s]->reply_type = reply_type;
   }
   for (size_t i = 0; i < n; ++i) {
     int s = owner[i];
@@ -308,6 +303,7 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
   }
   for (int s = 0; s < num_servers; ++s) {
     if (!parts[s]) continue;
+    SetRowCodec(pull_codec, counts[s] * dim, &h);
     SendPart(ticket, s, h, std::move(kbuf[s]), Buffer(), std::move(parts[s]));
   }
   return ticket;
@@ -321,7 +317,8 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   int num_servers = static_cast<int>(peers_.size());
   size_t dim = map_.tables(table).dim();
   const proto::Codec row_codec = sparse_codecs_[table];
-  const size_t row_bytes = dim * RowValueBytes(row_codec);
+  const codec::ValueType row_type = RowType(row_codec);
+  const size_t row_bytes = dim * codec::RowValueBytes(row_type);
   proto::Header h;
   h.set_op(proto::OP_PUSH_SPARSE);
   h.set_table(table);
@@ -333,7 +330,7 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
     part->op = proto::OP_PUSH_SPARSE;
     part->table = table;
     Buffer values = Buffer::Allocate(n * row_bytes);
-    EncodeRowValues(grads, n * dim, row_codec, values.mutable_data());
+    codec::CastRowValues(grads, n * dim, row_type, values.mutable_data());
     SendPart(ticket, 0, h, Buffer::Copy(keys, n * sizeof(uint64_t)), std::move(values), std::move(part));
     return ticket;
   }
@@ -354,7 +351,7 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
   for (size_t i = 0; i < n; ++i) {
     int s = owner[i];
     *kp[s]++ = keys[i];
-    vp[s] += EncodeRowValues(grads + i * dim, dim, row_codec, vp[s]);
+    vp[s] += codec::CastRowValues(grads + i * dim, dim, row_type, vp[s]);
   }
   for (int s = 0; s < num_servers; ++s) {
     if (counts[s] == 0) continue;
@@ -403,8 +400,8 @@ Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, cons
     part->op = proto::OP_PUSH_SPARSE;
     part->table = table;
     SetRowCodec(row_codec, count * dim, &h);
-    Buffer values = Buffer::Allocate(count * dim * RowValueBytes(row_codec));
-    EncodeRowValues(grads + first * dim, count * dim, row_codec, values.mutable_data());
+    Buffer values = Buffer::Allocate(count * dim * codec::RowValueBytes(RowType(row_codec)));
+    codec::CastRowValues(grads + first * dim, count * dim, RowType(row_codec), values.mutable_data());
     SendPart(ticket, s, h, Buffer::Copy(keys + first, count * sizeof(uint64_t)), std::move(values),
              std::move(part));
     first += count;
@@ -597,16 +594,22 @@ Status Client::Wait(Ticket ticket) {
 
 void Client::Deliver(Part* part) {
   const uint8_t* src = part->reply.data();
-  if (part->op == proto::OP_PULL_SPARSE && part->positions.empty()) {
-    std::memcpy(part->out, src, part->expect_bytes);  // single server: rows are in key order
-  } else if (part->op == proto::OP_PULL_SPARSE) {
-    const size_t row = part->expect_bytes / part->positions.size();
-    uint8_t* out = reinterpret_cast<uint8_t*>(part->out);
-    for (uint32_t pos : part->positions) {
-      std::memcpy(out + size_t{pos} * row, src, row);
-      src += row;
+  if (part->op == proto::OP_PULL_SPARSE) {
+    const size_t value_bytes = codec::RowValueBytes(part->reply_type);
+    if (part->positions.empty()) {  // single server: rows are in key order
+      codec::WidenRowValues(src, part->expect_bytes / value_bytes, part->reply_type, part->out);
+      return;
     }
-  } else if (part->out_frame != nullptr && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
+    const size_t row_bytes = part->expect_bytes / part->positions.size();
+    const size_t dim = row_bytes / value_bytes;
+    for (uint32_t pos : part->positions) {
+      codec::WidenRowValues(src, dim, part->reply_type, part->out + size_t{pos} * dim);
+      src += row_bytes;
+    }
+    return;
+  }
+  // Dense.
+  if (part->out_frame != nullptr && reinterpret_cast<uintptr_t>(src) % alignof(float) == 0) {
     *part->out_frame = std::move(part->reply);  // the whole table, in order: no copy
   } else if (part->out_frame != nullptr) {
     *part->out_frame = Buffer::Copy(src, part->expect_bytes);

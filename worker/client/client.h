@@ -133,6 +133,12 @@ class Client {
   // another codec (rows of a sparse table are never sparsified). Not thread-safe with concurrent
   // pushes to the same table; call before training starts.
   Status SetSparseRowCodec(uint32_t table, proto::Codec codec);
+  // Asks the servers to send the rows of every later Pull of sparse `table` as `codec` (CODEC_NONE,
+  // CODEC_FP16 or CODEC_BF16, cast as above from the servers' fp32 weights: half the bytes); Wait
+  // widens them back to fp32 into `out`, exactly (every fp16 / bf16 value is a float). The model
+  // then computes with the rounded weights; the servers keep and update fp32. Errors and
+  // threading as SetSparseRowCodec.
+  Status SetSparsePullCodec(uint32_t table, proto::Codec codec);
 
   // Compresses every later PushDense of `table` with `encoder` (nullptr: plain fp32). Not
   // thread-safe with concurrent pushes to the same table; call before training starts.
@@ -168,6 +174,9 @@ class Client {
   // Copies (or hands over) one arrived pull reply into the caller's output; called by Wait.
   static void Deliver(Part* part);
   void FailTicketLocked(TicketState* t, const Status& s);
+  // SetSparseRowCodec / SetSparsePullCodec: checks, then sets (*codecs)[table] under mu_.
+  Status SetTableRowCodec(uint32_t table, proto::Codec codec, const char* verb,
+                           std::vector<proto::Codec>* codecs);
 
   const ClientOptions options_;
   std::unique_ptr<Transport> transport_;
@@ -176,6 +185,7 @@ class Client {
   std::unordered_map<PeerId, int> server_of_peer_;
   std::vector<DenseEncoder> dense_encoders_;  // by table id; set before use
   std::vector<proto::Codec> sparse_codecs_;   // by table id: wire type of sparse push rows; set before use
+  std::vector<proto::Codec> pull_codecs_;     // by table id: wire type of sparse pull rows; set before use
   std::vector<std::vector<DenseRoute>> dense_routes_;  // by table id; immutable after construction
 
   mutable std::mutex mu_;
