@@ -12,6 +12,8 @@
 
 #include "bench/codec/bench_report.h"
 #include "common/codec/codec.h"
+#include "common/codec/codec_math.h"
+#include "common/codec/row_cast.h"
 
 namespace osprey::bench {
 namespace {
@@ -70,10 +72,36 @@ void TimeDecode(const std::string& name, const codec::Encoded& e, size_t n, std:
   rows->push_back(BenchRow{name, "cpu", n, density, ms, bytes});
 }
 
+// The sparse-row casts (common/codec/row_cast.h: what a worker does to every pushed and pulled row
+// with tables[].codec / pull_codec fp16 or bf16), against their scalar definition one value at a
+// time in the same run (the baseline column).
+void TimeRowCasts(const std::vector<float>& g, const BenchOptions& o, std::vector<BenchRow>* rows) {
+  namespace rc = codec::row_cast_internal;
+  const size_t n = g.size();
+  std::vector<uint16_t> half(n);
+  std::vector<float> wide(n);
+  for (codec::ValueType type : {codec::ValueType::kFp16, codec::ValueType::kBf16}) {
+    const bool fp16 = type == codec::ValueType::kFp16;
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(half.data());
+    const double cast = TimeMs(o.warmup, o.runs, [] {}, [&] { codec::CastRowValues(g.data(), n, type, bytes); });
+    const double cast_ref = TimeMs(o.warmup, o.runs, [] {}, [&] {
+      for (size_t i = 0; i < n; ++i) half[i] = fp16 ? rc::HalfReference(g[i]) : rc::Bf16Reference(g[i]);
+    });
+    const double widen = TimeMs(o.warmup, o.runs, [] {}, [&] { codec::WidenRowValues(bytes, n, type, wide.data()); });
+    const double widen_ref = TimeMs(o.warmup, o.runs, [] {}, [&] {
+      for (size_t i = 0; i < n; ++i) wide[i] = fp16 ? codec::HalfBitsToFloat(half[i]) : codec::Bf16BitsToFloat(half[i]);
+    });
+    const std::string suffix = fp16 ? (rc::HaveF16c() ? "fp16" : "fp16 (no f16c)") : "bf16";
+    rows->push_back(BenchRow{"row_cast_" + suffix, "cpu", n, {}, cast, 6.0 * n, {}, cast_ref});
+    rows->push_back(BenchRow{"row_widen_" + suffix, "cpu", n, {}, widen, 6.0 * n, {}, widen_ref});
+  }
+}
+
 void RunCpuSize(size_t n, const BenchOptions& o, std::vector<BenchRow>* rows) {
   const std::vector<float> g = MakeGradient(n, n);
   TimeEncode("ef_fp16", Config("fp16", 1), g, {}, o, rows);
   TimeEncode("ef_bf16", Config("bf16", 1), g, {}, o, rows);
+  TimeRowCasts(g, o, rows);
   const codec::Encoded onebit = TimeEncode("ef_onebit", Config("onebit", 1), g, {}, o, rows);
   TimeDecode("decode_onebit", onebit, n, {}, o, rows);
   for (double density : o.densities) {
