@@ -4,10 +4,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/codec/row_cast.h"
 #include "common/logging.h"
 #include "common/placement.h"
 #include "server/checkpoint.h"
-#include "common/codec/row_cast.h"
 #include "server/codec_decode.h"
 
 namespace osprey::server {

@@ -18,10 +18,6 @@ size_t UnitFloats(const codec::CodecConfig& config, size_t n) {
   return std::max<size_t>(1, config.bucket_bytes / sizeof(float));
 }
 
-}  // namespace
-
-namespace {
-
 StatusOr<proto::Codec> RowCodec(const std::string& type, const char* field) {
   if (type == "none") return proto::CODEC_NONE;
   if (type == "fp16") return proto::CODEC_FP16;

@@ -1,7 +1,6 @@
 #include "worker/client/client.h"
 
 #include <chrono>
-#include <cmath>
 #include <cstring>
 
 #include "common/codec/encoded.h"
