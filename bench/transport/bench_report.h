@@ -4,9 +4,11 @@
 // JSON: an array of objects with exactly these keys (null where a figure does not apply):
 //   case          "dense", "sparse" or "raw_zmq"
 //   transport     "tcp" or "ipc"
-//   op            "push", "pull", "pushpull", "pipelined_push", "pull_buffer" or "pull_x3"
+//   op            "push", "pull", "pushpull", "pipelined_push", "pull_buffer", "pull_x3",
+//                 "push_bf16" or "pull_bf16"
 //   bytes         payload of one request: dense and raw_zmq the values frame (the table size);
 //                 sparse keys * (8 + 4 * dim), the key and value frames moved by one push
+//                 (push_bf16 / pull_bf16: keys * (8 + 2 * dim))
 //   keys, dim     sparse only
 //   median_us     median time per operation; pipelined_push: per request (batch time / window);
 //                 pull_x3: per pull (time of the 3 concurrent pulls / 3);

@@ -74,6 +74,8 @@ const char* BenchOpName(BenchOp op) {
     case BenchOp::kPipelinedPush: return "pipelined_push";
     case BenchOp::kPullBuffer: return "pull_buffer";
     case BenchOp::kThreadedPull: return "pull_x3";
+    case BenchOp::kPushBf16: return "push_bf16";
+    case BenchOp::kPullBf16: return "pull_bf16";
   }
   return "unknown";
 }
@@ -170,6 +172,15 @@ StatusOr<OpTiming> OspreyBench::Sparse(const std::string& table_name, size_t num
   auto pull = [&] { return c->Wait(c->Pull(id, keys.data(), num_keys, out.data())); };
   // Creates the rows, so no timed call (warm-up included) pays row creation.
   OSPREY_RETURN_IF_ERROR(pull());
+  if (op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16) {
+    const bool pushes = op == BenchOp::kPushBf16;
+    OSPREY_RETURN_IF_ERROR(pushes ? c->SetSparseRowCodec(id, proto::CODEC_BF16)
+                                  : c->SetSparsePullCodec(id, proto::CODEC_BF16));
+    StatusOr<OpTiming> t = pushes ? TimeOp(push, options) : TimeOp(pull, options);
+    OSPREY_RETURN_IF_ERROR(pushes ? c->SetSparseRowCodec(id, proto::CODEC_NONE)
+                                  : c->SetSparsePullCodec(id, proto::CODEC_NONE));
+    return t;
+  }
   return TimePushPull(op, push, pull, options);
 }
 

@@ -7,7 +7,8 @@
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
 // 16 pipelined 4 KiB pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD
-// step applied on the server (push, pull, push+pull, and 3 threads pulling at once). Each figure is the median of --runs runs (default 5) of >= 60 ms each; dense runs
+// step applied on the server (push, pull, push+pull, push and pull with bf16 rows, and 3 threads
+// pulling at once). Each figure is the median of --runs runs (default 5) of >= 60 ms each; dense runs
 // alternate with the raw baseline's (RunDenseSize). What one operation is and how it is timed:
 // osprey_cases.h; the table and JSON fields: bench_report.h.
 // --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
@@ -199,10 +200,12 @@ Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan&
   for (const SparseCase& c : plan.sparse) {
     const uint64_t seed = 0x5eed0000 + c.keys + c.dim;  // fixed: the same keys every run
     const uint64_t bytes = c.keys * (sizeof(uint64_t) + c.dim * sizeof(float));
-    for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull}) {
+    for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull, BenchOp::kPushBf16, BenchOp::kPullBf16}) {
       OSPREY_ASSIGN_OR_RETURN(OpTiming t,
                               bench->Sparse(SparseName(c.dim), c.keys, seed, op, plan.timing));
-      out->push_back(MakeRecord("sparse", tr, op, bytes, c.keys, c.dim, t.median_s, 1));
+      const bool bf16 = op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16;
+      const uint64_t moved = bf16 ? c.keys * (sizeof(uint64_t) + c.dim * sizeof(uint16_t)) : bytes;
+      out->push_back(MakeRecord("sparse", tr, op, moved, c.keys, c.dim, t.median_s, 1));
       Progress(out->back());
     }
     OSPREY_ASSIGN_OR_RETURN(OpTiming t,
