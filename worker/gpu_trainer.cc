@@ -432,6 +432,9 @@ class GpuTrainer final : public TrainLoop {
   int64_t stage_step_[2] = {-1, -1};    // GUARDED_BY(mu_)
   std::vector<int> signaled_[2];        // GUARDED_BY(mu_)
   std::vector<int> enqueued_[2];        // GUARDED_BY(mu_)
+  // Waits until `announced` (signaled_ or enqueued_) names step's i-th stage, and returns it in
+  // *stage; Aborted when the run stops first.
+  Status WaitForStage(int64_t step, int i, const std::vector<int> (&announced)[2], int* stage);
   std::thread planner_, comm_thread_, pusher_;
   std::thread pullers_[kMaxPullers];
 
@@ -1016,19 +1019,23 @@ Status GpuTrainer::Compute(StepInput* in) {
   return Status::OK();
 }
 
+Status GpuTrainer::WaitForStage(int64_t step, int i, const std::vector<int> (&announced)[2], int* stage) {
+  const int b = static_cast<int>(step % 2);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] {
+    return stop_ || !prefetch_status_.ok() || (stage_step_[b] == step && announced[b].size() > size_t(i));
+  });
+  if (stage_step_[b] != step || announced[b].size() <= size_t(i)) return Aborted("stopped");
+  *stage = announced[b][i];
+  return Status::OK();
+}
+
 Status GpuTrainer::CommStep(int64_t step) {
   const int b = static_cast<int>(step % 2);
   StepInput* in = &inputs_[step % ring_];
   for (int i = 0; i < num_stages(); ++i) {
     int stage = -1;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stop_ || !prefetch_status_.ok() || (stage_step_[b] == step && signaled_[b].size() > size_t(i));
-      });
-      if (stage_step_[b] != step || signaled_[b].size() <= size_t(i)) return Aborted("stopped");
-      stage = signaled_[b][i];
-    }
+    OSPREY_RETURN_IF_ERROR(WaitForStage(step, i, signaled_, &stage));
     StageEvents& ev = stage_events_[b][stage];
     OSPREY_CUDA(cudaStreamWaitEvent(comm_stream_, ev.signaled, 0));
     if (stage == static_cast<int>(buckets_.size())) {
@@ -1080,14 +1087,7 @@ Status GpuTrainer::PushStep(int64_t step) {
   std::vector<Ticket> tickets;
   for (int i = 0; i < num_stages(); ++i) {
     int stage = -1;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stop_ || !prefetch_status_.ok() || (stage_step_[b] == step && enqueued_[b].size() > size_t(i));
-      });
-      if (stage_step_[b] != step || enqueued_[b].size() <= size_t(i)) return Aborted("stopped");
-      stage = enqueued_[b][i];
-    }
+    OSPREY_RETURN_IF_ERROR(WaitForStage(step, i, enqueued_, &stage));
     const StageEvents& ev = stage_events_[b][stage];
     OSPREY_CUDA(cudaEventSynchronize(ev.done));
     if (stage == static_cast<int>(buckets_.size())) {

@@ -12,12 +12,7 @@ set -u -o pipefail
 pack=$(cd "${1:?usage: $0 PACK [OUT_DIR]}" && pwd) || exit 2
 out=${2:-$PWD/gpu-test-results}
 mkdir -p "$out"
-cuda_lib=""
-for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/lib64; do
-  if [ -d "$d" ]; then cuda_lib=$d; break; fi
-done
-export LD_LIBRARY_PATH="$pack/lib:/usr/lib/x86_64-linux-gnu${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+. "$(dirname "$0")/env.sh"
 export OSPREY_BIN_DIR="$pack/bin"
 export OSPREY_SOURCE_DIR=${OSPREY_SOURCE_DIR:-$PWD}
 

@@ -14,12 +14,7 @@
 set -u -o pipefail
 pack=$(cd "${1:?usage: $0 PACK [osprey bench dlrm flags...]}" && pwd) || exit 2
 shift
-cuda_lib=""
-for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13.0/targets/x86_64-linux/lib /usr/local/cuda/lib64; do
-  if [ -d "$d" ]; then cuda_lib=$d; break; fi
-done
-export LD_LIBRARY_PATH="$pack/lib:/usr/lib/x86_64-linux-gnu${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+. "$(dirname "$0")/env.sh"
 echo "== device"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "(nvidia-smi unavailable)"
 nproc | sed 's/^/cpu cores: /'

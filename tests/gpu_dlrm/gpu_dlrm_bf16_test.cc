@@ -125,16 +125,7 @@ TEST(GpuDlrmBf16Test, AgreesLooselyWithFp32Model) {
 
 TEST(GpuDlrmBf16Test, DenseResultsAreReproducible) {
   OSPREY_DLRM_REQUIRE_GPU();
-  const models::DlrmConfig config;
-  const Problem p = testing::MakeProblemOrFail(config, 1000, testing::MakeOptions(23, 0));
-  auto gpu = testing::MakeGpuOrFail(config, 1000, MlpPrecision::kBf16);
-  ASSERT_NE(gpu, nullptr);
-  testing::Stream stream;
-  const testing::Outputs a = testing::RunGpu(gpu.get(), p, stream.get());
-  const testing::Outputs b = testing::RunGpu(gpu.get(), p, stream.get());
-  EXPECT_TRUE(a.dense_grad == b.dense_grad);
-  EXPECT_TRUE(a.probs == b.probs);
-  EXPECT_EQ(a.loss, b.loss);
+  testing::ExpectDenseResultsReproducible(MlpPrecision::kBf16, 23);
 }
 
 }  // namespace

@@ -142,17 +142,7 @@ TEST(GpuDlrmTest, Tf32MatchesCpuOnCriteoKaggleShape) {
 
 TEST(GpuDlrmTest, DenseResultsAreReproducible) {
   OSPREY_DLRM_REQUIRE_GPU();
-  // Only the row gradients use atomics; everything else must be bit-identical run to run.
-  const models::DlrmConfig config;
-  const Problem p = testing::MakeProblemOrFail(config, 1000, Options(31, 0));
-  auto gpu = MakeGpu(config, 1000, /*tf32=*/true);
-  ASSERT_NE(gpu, nullptr);
-  testing::Stream stream;
-  const testing::Outputs a = testing::RunGpu(gpu.get(), p, stream.get());
-  const testing::Outputs b = testing::RunGpu(gpu.get(), p, stream.get());
-  EXPECT_TRUE(a.dense_grad == b.dense_grad);
-  EXPECT_TRUE(a.probs == b.probs);
-  EXPECT_EQ(a.loss, b.loss);
+  testing::ExpectDenseResultsReproducible(MlpPrecision::kTf32, 31);
 }
 
 TEST(GpuDlrmTest, HostConveniencesMatchCpu) {

@@ -137,6 +137,21 @@ inline Outputs RunGpu(GpuDlrm* model, const Problem& p, cudaStream_t stream, con
   return out;
 }
 
+// The default DLRM run twice on one model at `precision`: only the row gradients use atomics, so
+// the dense gradients, the probabilities and the loss must be bit-identical run to run.
+inline void ExpectDenseResultsReproducible(MlpPrecision precision, uint64_t seed) {
+  const models::DlrmConfig config;
+  const Problem p = MakeProblemOrFail(config, 1000, MakeOptions(seed, 0));
+  auto gpu = MakeGpuOrFail(config, 1000, precision);
+  ASSERT_NE(gpu, nullptr);
+  Stream stream;
+  const Outputs a = RunGpu(gpu.get(), p, stream.get());
+  const Outputs b = RunGpu(gpu.get(), p, stream.get());
+  EXPECT_TRUE(a.dense_grad == b.dense_grad);
+  EXPECT_TRUE(a.probs == b.probs);
+  EXPECT_EQ(a.loss, b.loss);
+}
+
 // Every element: |gpu - cpu| <= rtol * |cpu| + atol * max|cpu| (atol is relative to the tensor's
 // scale, so near-cancelled sums are not held to a relative bound they cannot meet). NaN fails.
 inline void ExpectElementwiseClose(const float* gpu, const float* cpu, size_t n, double rtol, double atol,

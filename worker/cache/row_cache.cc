@@ -326,7 +326,7 @@ Status RowCache::PreparePlan(int64_t step, const uint64_t* keys, size_t n, int32
     }
     OSPREY_RETURN_IF_ERROR(CheckCapacity(step, slots, n, pinned_now));
   }
-  pending_ = PendingPlan{true, looked_up, step, keys, n, slots, miss_keys, miss_slots};
+  pending_ = PendingPlan{RowCachePlanCall{step, keys, n, slots, miss_keys, miss_slots}, true, looked_up};
   return Status::OK();
 }
 

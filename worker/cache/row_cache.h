@@ -60,6 +60,17 @@ struct RowCacheOptions {
 
 // Cumulative counters since Make. lookups = hits + misses_absent + misses_stale; a failed Plan
 // counts nothing. evictions counts slots the hand took from other keys (not Invalidate).
+// The arguments of one Plan call (RowCache::Plan's contract), held between the phases of a plan:
+// RowCache keeps them from PreparePlan to CommitPlan, ShardedRowCache for its planning threads.
+struct RowCachePlanCall {
+  int64_t step = 0;
+  const uint64_t* keys = nullptr;
+  size_t n = 0;
+  int32_t* slots = nullptr;
+  std::vector<uint64_t>* miss_keys = nullptr;
+  std::vector<int32_t>* miss_slots = nullptr;
+};
+
 struct RowCacheStats {
   uint64_t lookups = 0;
   uint64_t hits = 0;
@@ -239,15 +250,9 @@ class alignas(64) RowCache {
   std::vector<uint64_t> evicted_;
   // The plan PreparePlan accepted, for CommitPlan. looked_up: slots[] and absent_ already hold the
   // lookup (the call might not have fit, so it was counted first).
-  struct PendingPlan {
+  struct PendingPlan : RowCachePlanCall {
     bool valid = false;
     bool looked_up = false;
-    int64_t step = 0;
-    const uint64_t* keys = nullptr;
-    size_t n = 0;
-    int32_t* slots = nullptr;
-    std::vector<uint64_t>* miss_keys = nullptr;
-    std::vector<int32_t>* miss_slots = nullptr;
   };
   PendingPlan pending_;
   uint32_t epoch_ = 0;

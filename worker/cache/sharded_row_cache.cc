@@ -127,7 +127,7 @@ Status ShardedRowCache::Plan(int64_t step, const uint64_t* keys, size_t n, int32
                              std::vector<uint64_t>* miss_keys, std::vector<int32_t>* miss_slots) {
   if (shards_.size() == 1) return shards_[0]->Plan(step, keys, n, slots, miss_keys, miss_slots);
   OSPREY_RETURN_IF_ERROR(CheckArguments(step, keys, n, slots, miss_keys, miss_slots));
-  call_ = Call{step, keys, n, slots, miss_keys, miss_slots};
+  call_ = RowCachePlanCall{step, keys, n, slots, miss_keys, miss_slots};
   if (keys_.size() < n) {  // grows only: steady state allocates nothing
     shard_of_.resize(n);
     dest_.resize(n);

@@ -145,15 +145,7 @@ class ShardedRowCache {
   int64_t last_step_ = -1;
 
   // The current call's arguments, written by the caller before the start barrier.
-  struct Call {
-    int64_t step = 0;
-    const uint64_t* keys = nullptr;
-    size_t n = 0;
-    int32_t* slots = nullptr;
-    std::vector<uint64_t>* miss_keys = nullptr;
-    std::vector<int32_t>* miss_slots = nullptr;
-  };
-  Call call_;
+  RowCachePlanCall call_;
 
   // Partition state, reused across calls (sized to the largest n seen). Input part t is
   // [PartBegin(t), PartBegin(t + 1)). count_[t * P + j]: keys of part t in shard j. Shard j's keys

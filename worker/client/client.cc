@@ -386,6 +386,7 @@ Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, cons
   if (!bad.ok() || n == 0) return ticket;
   const size_t dim = map_.tables(table).dim();
   const proto::Codec row_codec = sparse_codecs_[table];
+  const codec::ValueType row_type = RowType(row_codec);
   proto::Header h;
   h.set_op(proto::OP_PUSH_SPARSE);
   h.set_table(table);
@@ -399,8 +400,8 @@ Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, cons
     part->op = proto::OP_PUSH_SPARSE;
     part->table = table;
     SetRowCodec(row_codec, count * dim, &h);
-    Buffer values = Buffer::Allocate(count * dim * codec::RowValueBytes(RowType(row_codec)));
-    codec::CastRowValues(grads + first * dim, count * dim, RowType(row_codec), values.mutable_data());
+    Buffer values = Buffer::Allocate(count * dim * codec::RowValueBytes(row_type));
+    codec::CastRowValues(grads + first * dim, count * dim, row_type, values.mutable_data());
     SendPart(ticket, s, h, Buffer::Copy(keys + first, count * sizeof(uint64_t)), std::move(values),
              std::move(part));
     first += count;
