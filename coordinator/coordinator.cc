@@ -18,7 +18,7 @@ uint64_t NewSessionId() {
 
 }  // namespace
 
-Coordinator::Coordinator(const config::JobConfig& config, std::unique_ptr<Transport> transport)
+Coordinator::Coordinator(const config::PsConfig& config, std::unique_ptr<Transport> transport)
     : config_(config),
       transport_(std::move(transport)),
       // Timeouts are checked at a tenth of the heartbeat interval, 5..100 ms.

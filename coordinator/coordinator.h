@@ -37,7 +37,7 @@
 #include <string>
 #include <thread>
 
-#include "common/config/job_config.h"
+#include "common/config/cluster_config.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "coordinator/job_state.h"
@@ -48,7 +48,7 @@ namespace osprey::coordinator {
 class Coordinator {
  public:
   // Takes ownership of `transport` (fresh: not started, no handler). `config` is copied.
-  Coordinator(const config::JobConfig& config, std::unique_ptr<Transport> transport);
+  Coordinator(const config::PsConfig& config, std::unique_ptr<Transport> transport);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -81,7 +81,7 @@ class Coordinator {
   void Send(Outbox* out);
   void UpdateOverLocked();
 
-  const config::JobConfig config_;
+  const config::PsConfig config_;
   const std::unique_ptr<Transport> transport_;
   std::chrono::milliseconds tick_;
 

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "common/buffer.h"
-#include "common/config/job_config.h"
+#include "common/config/cluster_config.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "osprey.pb.h"
@@ -60,7 +60,7 @@ class JobState {
  public:
   // `config` is copied (only the cluster section and the tables are used). `start` begins the
   // startup timeout.
-  JobState(const config::JobConfig& config, uint64_t session_id, Clock::time_point start);
+  JobState(const config::PsConfig& config, uint64_t session_id, Clock::time_point start);
 
   void OnRegister(const ReplyAddress& from, const proto::RegisterRequest& req,
                   Clock::time_point now, Outbox* out);

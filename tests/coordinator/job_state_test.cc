@@ -97,7 +97,7 @@ TEST_F(JobStateTest, RefusesDuplicateRankExtraNodeAndServerWithoutEndpoint) {
 }
 
 TEST_F(JobStateTest, WorkersResolveDenseTableSizeAndConflictsAreRefused) {
-  config::JobConfig job = TestJob(1, 2);
+  config::PsConfig job = TestJob(1, 2);
   job.tables[1].size = 0;  // the model's parameter count, which the workers know
   JobState s(job, 1, t0_);
   proto::RegisterRequest w0 = WorkerRequest(201);
