@@ -247,6 +247,7 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->clock = hb.clock();
   node->loss = hb.loss();
   node->samples = hb.samples();
+  ++node->heartbeats;
   if (shutting_down_) node->told = true;
   Reply(out, from, Snapshot());
 }
@@ -493,6 +494,7 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_clock(n.clock);
       ns->set_loss(n.loss);
       ns->set_samples(n.samples);
+      ns->set_heartbeats(n.heartbeats);
       ns->set_endpoint(n.endpoint);
     }
   }
