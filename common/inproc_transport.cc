@@ -19,11 +19,11 @@ namespace inproc_internal {
 
 bool Inbox::Push(Delivery&& d) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (closed) return false;
     queue.push_back(std::move(d));
   }
-  cv.notify_one();
+  cv.Signal();
   return true;
 }
 
@@ -32,14 +32,14 @@ bool Inbox::Push(Delivery&& d) {
 // ---- InprocHub ----
 
 size_t InprocHub::pending_messages() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [name, queue] : pending_) n += queue.size();
   return n;
 }
 
 Status InprocHub::Register(const std::string& endpoint, std::shared_ptr<Inbox> inbox) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (listeners_.count(endpoint) > 0) {
     return Unavailable("inproc transport: address in use: " + endpoint);
   }
@@ -55,13 +55,13 @@ Status InprocHub::Register(const std::string& endpoint, std::shared_ptr<Inbox> i
 }
 
 void InprocHub::Unregister(const std::string& endpoint, const Inbox* inbox) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = listeners_.find(endpoint);
   if (it != listeners_.end() && it->second.get() == inbox) listeners_.erase(it);
 }
 
 void InprocHub::Deliver(const std::string& endpoint, Delivery&& d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = listeners_.find(endpoint);
   if (it != listeners_.end()) {
     it->second->Push(std::move(d));  // dropped if that listener is stopping: a lost message
@@ -71,7 +71,7 @@ void InprocHub::Deliver(const std::string& endpoint, Delivery&& d) {
 }
 
 uint64_t InprocHub::NewConnectionId() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return next_connection_++;
 }
 
@@ -84,7 +84,7 @@ InprocTransport::~InprocTransport() { Stop(); }
 
 StatusOr<std::string> InprocTransport::Listen(const std::string& endpoint) {
   OSPREY_RETURN_IF_ERROR(CheckInprocEndpoint(endpoint));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_ || stopped_) {
     return FailedPrecondition("inproc transport: Listen(" + endpoint + ") after Start or Stop");
   }
@@ -96,7 +96,7 @@ StatusOr<std::string> InprocTransport::Listen(const std::string& endpoint) {
 StatusOr<PeerId> InprocTransport::Connect(const std::string& endpoint) {
   OSPREY_RETURN_IF_ERROR(CheckInprocEndpoint(endpoint));
   uint64_t connection = hub_->NewConnectionId();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopped_) return FailedPrecondition("inproc transport: Connect(" + endpoint + ") after Stop");
   Peer p;
   p.dialed = true;
@@ -109,7 +109,7 @@ StatusOr<PeerId> InprocTransport::Connect(const std::string& endpoint) {
 void InprocTransport::SetHandler(Handler handler) { handler_ = std::move(handler); }
 
 Status InprocTransport::Start() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_ || stopped_) return FailedPrecondition("inproc transport: Start called twice");
   if (!handler_) return FailedPrecondition("inproc transport: Start without a handler");
   started_ = true;
@@ -119,17 +119,17 @@ Status InprocTransport::Start() {
 
 void InprocTransport::Stop() {
   {
-    std::lock_guard<std::mutex> lock(inbox_->mu);
+    MutexLock lock(&inbox_->mu);
     stop_requested_.store(true);
     inbox_->closed = true;
     inbox_->queue.clear();  // queued, not yet handled: dropped
   }
-  inbox_->cv.notify_all();
+  inbox_->cv.SignalAll();
   if (std::this_thread::get_id() == io_thread_id_.load()) return;  // from the handler
   if (io_thread_.joinable()) io_thread_.join();
   std::vector<std::string> listening;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopped_ = true;
     listening.swap(listening_);
   }
@@ -139,7 +139,7 @@ void InprocTransport::Stop() {
 Status InprocTransport::Send(Message msg) {
   Peer route;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopped_) return FailedPrecondition("inproc transport: Send while not running");
     if (msg.peer < 0 || static_cast<size_t>(msg.peer) >= peers_.size()) {
       return NotFound("inproc transport: unknown peer " + std::to_string(msg.peer));
@@ -173,7 +173,7 @@ Status InprocTransport::Send(Message msg) {
 
 PeerId InprocTransport::ResolveSender(const inproc_internal::Delivery& d) {
   if (d.is_reply) return d.reply_peer;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = connections_.find(d.connection);
   if (it != connections_.end()) return it->second;
   Peer p;
@@ -190,8 +190,10 @@ void InprocTransport::Run() {
   std::deque<inproc_internal::Delivery> batch;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(inbox_->mu);
-      inbox_->cv.wait(lock, [&] { return stop_requested_.load() || !inbox_->queue.empty(); });
+      MutexLock lock(&inbox_->mu);
+      inbox_->cv.Wait(&lock, [&]() REQUIRES(inbox_->mu) {
+        return stop_requested_.load() || !inbox_->queue.empty();
+      });
       if (stop_requested_.load()) break;
       batch.swap(inbox_->queue);
     }

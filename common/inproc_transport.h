@@ -23,16 +23,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/transport.h"
 
 namespace osprey {
@@ -53,10 +52,10 @@ struct Delivery {
 
 // The receive queue of one transport, drained by its I/O thread.
 struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Delivery> queue;  // GUARDED_BY(mu)
-  bool closed = false;         // GUARDED_BY(mu); set by Stop: later deliveries are dropped
+  Mutex mu;
+  CondVar cv;
+  std::deque<Delivery> queue GUARDED_BY(mu);
+  bool closed GUARDED_BY(mu) = false;  // set by Stop: later deliveries are dropped
   // Appends and wakes the I/O thread; false (delivery dropped) once closed.
   bool Push(Delivery&& d);
 };
@@ -83,10 +82,10 @@ class InprocHub {
   void Deliver(const std::string& endpoint, Delivery&& d);
   uint64_t NewConnectionId();
 
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<Inbox>> listeners_;  // GUARDED_BY(mu_)
-  std::unordered_map<std::string, std::deque<Delivery>> pending_;      // GUARDED_BY(mu_)
-  uint64_t next_connection_ = 1;                                       // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Inbox>> listeners_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::deque<Delivery>> pending_ GUARDED_BY(mu_);
+  uint64_t next_connection_ GUARDED_BY(mu_) = 1;
 };
 
 class InprocTransport final : public Transport {
@@ -116,7 +115,7 @@ class InprocTransport final : public Transport {
   };
 
   void Run();  // the I/O thread
-  PeerId ResolveSender(const inproc_internal::Delivery& d);
+  PeerId ResolveSender(const inproc_internal::Delivery& d) EXCLUDES(mu_);
 
   const std::shared_ptr<InprocHub> hub_;
   const std::shared_ptr<inproc_internal::Inbox> inbox_;
@@ -127,12 +126,12 @@ class InprocTransport final : public Transport {
   std::atomic<uint64_t> messages_sent_{0}, messages_received_{0}, bytes_sent_{0},
       bytes_received_{0}, send_failures_{0};
 
-  mutable std::mutex mu_;
-  bool started_ = false;                             // GUARDED_BY(mu_)
-  bool stopped_ = false;                             // GUARDED_BY(mu_)
-  std::vector<std::string> listening_;               // GUARDED_BY(mu_)
-  std::vector<Peer> peers_;                          // GUARDED_BY(mu_); index = PeerId
-  std::unordered_map<uint64_t, PeerId> connections_;  // GUARDED_BY(mu_); accepted connections
+  mutable Mutex mu_;
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  std::vector<std::string> listening_ GUARDED_BY(mu_);
+  std::vector<Peer> peers_ GUARDED_BY(mu_);  // index = PeerId
+  std::unordered_map<uint64_t, PeerId> connections_ GUARDED_BY(mu_);  // accepted connections
 };
 
 // TEST SEAM: wraps (and owns) a Transport and injects faults on command, so tests can lose or

@@ -124,7 +124,7 @@ ZmqTransport::ZmqTransport(const TransportOptions& options) : options_(options) 
 ZmqTransport::~ZmqTransport() {
   Stop();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     CloseSockets();
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -159,7 +159,7 @@ void ZmqTransport::Wake() {
 
 StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
   OSPREY_RETURN_IF_ERROR(CheckEndpoint(endpoint));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_ || stopped_) {
     return FailedPrecondition("zmq transport: Listen(" + endpoint + ") after Start or Stop");
   }
@@ -187,7 +187,7 @@ StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
   PeerId id;
   bool running;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return FailedPrecondition("zmq transport: Connect(" + endpoint + ") after Stop");
     void* s = NewSocket(ZMQ_DEALER);
     if (s == nullptr) return Internal(std::string("zmq_socket: ") + zmq_strerror(zmq_errno()));
@@ -211,7 +211,7 @@ StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
 void ZmqTransport::SetHandler(Handler handler) { handler_ = std::move(handler); }
 
 Status ZmqTransport::Start() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_ || stopped_) return FailedPrecondition("zmq transport: Start called twice");
   if (!handler_) return FailedPrecondition("zmq transport: Start without a handler");
   if (ctx_ == nullptr || wake_fd_ < 0) return Internal("zmq transport: no context or eventfd");
@@ -225,7 +225,7 @@ void ZmqTransport::Stop() {
   if (std::this_thread::get_id() == io_thread_id_.load()) return;  // from the handler
   Wake();
   if (io_thread_.joinable()) io_thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   stopped_ = true;
   CloseSockets();
 }
@@ -252,7 +252,7 @@ Status ZmqTransport::Send(Message msg) {
   bool wake = false;
   int err = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopped_) return FailedPrecondition("zmq transport: Send while not running");
     if (msg.peer < 0 || static_cast<size_t>(msg.peer) >= peers_.size()) {
       return NotFound("zmq transport: unknown peer " + std::to_string(msg.peer));
@@ -359,7 +359,7 @@ void ZmqTransport::Run() {
   std::vector<pollfd> fds;
   while (!stop_requested_.load()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (sockets_changed_ || fds.empty()) {
         sockets = sockets_;
         socket_peers = socket_peers_;
@@ -383,7 +383,7 @@ void ZmqTransport::Run() {
           Message msg;
           bool valid = false;
           {
-            std::lock_guard<std::mutex> lock(mu_);
+            MutexLock lock(&mu_);
             if (!ReceiveOne(sockets[i], socket_peers[i], &msg, &valid)) break;
           }
           progress = true;

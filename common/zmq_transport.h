@@ -37,7 +37,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -45,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/transport.h"
 
 namespace osprey {
@@ -86,14 +86,14 @@ class ZmqTransport final : public Transport {
         bytes_received{0}, malformed_received{0}, send_failures{0};
   };
 
-  void* NewSocket(int type);  // requires mu_
+  void* NewSocket(int type) REQUIRES(mu_);
   void Wake();
   void Run();  // the I/O thread
-  // Takes at most one message off `socket` (requires mu_); dealer_peer is the DEALER's PeerId, or
+  // Takes at most one message off `socket`; dealer_peer is the DEALER's PeerId, or
   // -1 for the ROUTER. Returns false when none is pending; true otherwise, with *valid telling
   // whether *out holds a well-formed message (a malformed one is counted and dropped).
-  bool ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bool* valid);
-  void CloseSockets();  // requires mu_; the I/O thread is gone
+  bool ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bool* valid) REQUIRES(mu_);
+  void CloseSockets() REQUIRES(mu_);  // the I/O thread is gone
 
   const TransportOptions options_;
   void* ctx_ = nullptr;
@@ -104,19 +104,19 @@ class ZmqTransport final : public Transport {
   std::atomic<bool> stop_requested_{false};
   Counters counters_;
 
-  mutable std::mutex mu_;  // guards every ZeroMQ socket call and the fields below
-  bool started_ = false;          // GUARDED_BY(mu_)
-  bool stopped_ = false;          // GUARDED_BY(mu_)
-  bool sockets_changed_ = false;  // GUARDED_BY(mu_)
-  void* router_ = nullptr;        // GUARDED_BY(mu_)
-  std::vector<void*> sockets_;    // GUARDED_BY(mu_); router first (if any), then DEALERs
-  std::vector<PeerId> socket_peers_;  // GUARDED_BY(mu_); per sockets_ entry: DEALER's id, or -1
-  std::vector<Peer> peers_;       // GUARDED_BY(mu_); index = PeerId
-  std::unordered_map<std::string, PeerId> routing_ids_;  // GUARDED_BY(mu_)
-  std::mt19937_64 rng_;           // GUARDED_BY(mu_); DEALER routing identities
+  mutable Mutex mu_;  // guards every ZeroMQ socket call and the fields below
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  bool sockets_changed_ GUARDED_BY(mu_) = false;
+  void* router_ GUARDED_BY(mu_) = nullptr;
+  std::vector<void*> sockets_ GUARDED_BY(mu_);  // router first (if any), then DEALERs
+  std::vector<PeerId> socket_peers_ GUARDED_BY(mu_);  // per sockets_ entry: DEALER's id, or -1
+  std::vector<Peer> peers_ GUARDED_BY(mu_);  // index = PeerId
+  std::unordered_map<std::string, PeerId> routing_ids_ GUARDED_BY(mu_);
+  std::mt19937_64 rng_ GUARDED_BY(mu_);  // DEALER routing identities
   // ipc socket files this transport created (path, inode): ZeroMQ 4.3 leaves them behind, so
   // Stop removes them -- unless another listener has replaced the file since.
-  std::vector<std::pair<std::string, uint64_t>> ipc_files_;  // GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, uint64_t>> ipc_files_ GUARDED_BY(mu_);
 };
 
 }  // namespace osprey

@@ -18,7 +18,7 @@ uint64_t NewSessionId() {
 
 }  // namespace
 
-Coordinator::Coordinator(const config::JobConfig& config, std::unique_ptr<Transport> transport)
+Coordinator::Coordinator(const config::PsConfig& config, std::unique_ptr<Transport> transport)
     : config_(config),
       transport_(std::move(transport)),
       // Timeouts are checked at a tenth of the heartbeat interval, 5..100 ms.
@@ -29,7 +29,7 @@ Coordinator::~Coordinator() { Stop(); }
 
 StatusOr<std::string> Coordinator::Start(const std::string& endpoint) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (started_) return FailedPrecondition("Coordinator::Start called twice");
     started_ = true;
     // The startup timeout counts from the moment the coordinator can be reached.
@@ -46,25 +46,25 @@ StatusOr<std::string> Coordinator::Start(const std::string& endpoint) {
 
 void Coordinator::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (timer_.joinable()) timer_.join();
   transport_->Stop();
 }
 
 Status Coordinator::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return over_ || stopped_; });
+  MutexLock lock(&mu_);
+  cv_.Wait(&lock, [this]() REQUIRES(mu_) { return over_ || stopped_; });
   if (!over_) return Aborted("the coordinator was stopped before the job was over");
   return state_.result();
 }
 
 Status Coordinator::WaitFor(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [this] { return over_ || stopped_; })) {
+  MutexLock lock(&mu_);
+  if (!cv_.WaitFor(&lock, timeout, [this]() REQUIRES(mu_) { return over_ || stopped_; })) {
     return DeadlineExceeded("the job is not over after " + std::to_string(timeout.count()) +
                             " ms");
   }
@@ -73,29 +73,29 @@ Status Coordinator::WaitFor(std::chrono::milliseconds timeout) {
 }
 
 proto::ClusterState Coordinator::State() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return state_.Snapshot();
 }
 
 void Coordinator::UpdateOverLocked() {
   if (!over_ && state_.over(Clock::now())) {
     over_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 }
 
 void Coordinator::TimerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopped_) {
     Outbox out;
     state_.Tick(Clock::now(), &out);
     UpdateOverLocked();
     if (!out.empty()) {
-      lock.unlock();
+      lock.Unlock();
       Send(&out);
-      lock.lock();
+      lock.Lock();
     }
-    cv_.wait_for(lock, tick_, [this] { return stopped_; });
+    cv_.WaitFor(&lock, tick_, [this]() REQUIRES(mu_) { return stopped_; });
   }
 }
 
@@ -154,7 +154,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     return;
   }
   const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   switch (op) {
     case proto::OP_REGISTER: state_.OnRegister(from, reg, now, out); break;
     case proto::OP_HEARTBEAT: state_.OnHeartbeat(from, hb, now, out); break;

@@ -31,13 +31,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
-#include "common/config/job_config.h"
+#include "common/config/cluster_config.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "coordinator/job_state.h"
@@ -48,7 +47,7 @@ namespace osprey::coordinator {
 class Coordinator {
  public:
   // Takes ownership of `transport` (fresh: not started, no handler). `config` is copied.
-  Coordinator(const config::JobConfig& config, std::unique_ptr<Transport> transport);
+  Coordinator(const config::PsConfig& config, std::unique_ptr<Transport> transport);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -79,18 +78,18 @@ class Coordinator {
   void TimerLoop();
   // Sends the replies; called without mu_ held.
   void Send(Outbox* out);
-  void UpdateOverLocked();
+  void UpdateOverLocked() REQUIRES(mu_);
 
-  const config::JobConfig config_;
+  const config::PsConfig config_;
   const std::unique_ptr<Transport> transport_;
   std::chrono::milliseconds tick_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  JobState state_;        // GUARDED_BY(mu_)
-  bool over_ = false;     // GUARDED_BY(mu_)
-  bool started_ = false;  // GUARDED_BY(mu_)
-  bool stopped_ = false;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  JobState state_ GUARDED_BY(mu_);
+  bool over_ GUARDED_BY(mu_) = false;
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
 
   std::atomic<uint64_t> bad_requests_{0};
   std::thread timer_;

@@ -74,7 +74,7 @@ Status CoordinatorClient::StartHeartbeats(HeartbeatOptions options) {
                            std::to_string(options.interval_ms) + " and " +
                            std::to_string(options.timeout_ms) + " ms");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_ || heartbeating_) {
     return FailedPrecondition("StartHeartbeats: already started or stopped");
   }
@@ -95,23 +95,23 @@ Status CoordinatorClient::StartHeartbeats(
 }
 
 Status CoordinatorClient::heartbeat_status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return heartbeat_status_;
 }
 
 void CoordinatorClient::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   rpc_->Stop();  // wakes a heartbeat waiting for its reply
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 void CoordinatorClient::Lost(const HeartbeatOptions& options, const Status& why) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;  // our own Stop() is not a lost coordinator
     heartbeat_status_ = why;
   }
@@ -126,8 +126,8 @@ void CoordinatorClient::HeartbeatLoop(const HeartbeatOptions& options) {
   SteadyClock::time_point next = last_ok;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_until(lock, next, [this] { return stopping_; })) return;
+      MutexLock lock(&mu_);
+      if (cv_.WaitUntil(&lock, next, [this]() REQUIRES(mu_) { return stopping_; })) return;
     }
     const SteadyClock::time_point now = SteadyClock::now();
     next = std::max(next + interval, now);

@@ -17,13 +17,12 @@
 // destructor stop heartbeats, wake calls in flight (Unavailable) and join.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "coordinator/rpc_client.h"
@@ -89,11 +88,11 @@ class CoordinatorClient {
 
   const std::unique_ptr<RpcClient> rpc_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;      // GUARDED_BY(mu_)
-  bool heartbeating_ = false;  // GUARDED_BY(mu_)
-  Status heartbeat_status_;    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool heartbeating_ GUARDED_BY(mu_) = false;
+  Status heartbeat_status_ GUARDED_BY(mu_);
   std::thread heartbeat_thread_;
 };
 

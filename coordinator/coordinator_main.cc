@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/config/job_config.h"
-#include "common/config/node_flags.h"
+#include "job/job_config.h"
+#include "job/node_flags.h"
 #include "common/logging.h"
 #include "common/transport.h"
 #include "coordinator/coordinator.h"

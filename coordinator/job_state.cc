@@ -21,8 +21,8 @@ void ReplyError(Outbox* out, const ReplyAddress& to, const Status& status) {
   out->push_back(OutgoingReply{to, status, Buffer()});
 }
 
-proto::TableType TableTypeOf(const std::string& type) {
-  return type == "dense" ? proto::TABLE_DENSE : proto::TABLE_SPARSE;
+proto::TableType TableTypeOf(config::TableType type) {
+  return type == config::TableType::kDense ? proto::TABLE_DENSE : proto::TABLE_SPARSE;
 }
 
 }  // namespace
@@ -39,7 +39,7 @@ std::string NodeName(proto::Role role, int rank, int pid) {
   return RoleName(role) + " " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
 }
 
-JobState::JobState(const config::JobConfig& config, uint64_t session_id, Clock::time_point start)
+JobState::JobState(const config::PsConfig& config, uint64_t session_id, Clock::time_point start)
     : cluster_(config.cluster), session_id_(session_id), start_(start) {
   for (size_t i = 0; i < config.tables.size(); ++i) {
     const config::TableConfig& t = config.tables[i];
@@ -247,6 +247,7 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->clock = hb.clock();
   node->loss = hb.loss();
   node->samples = hb.samples();
+  ++node->heartbeats;
   if (shutting_down_) node->told = true;
   Reply(out, from, Snapshot());
 }
@@ -493,6 +494,7 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_clock(n.clock);
       ns->set_loss(n.loss);
       ns->set_samples(n.samples);
+      ns->set_heartbeats(n.heartbeats);
       ns->set_endpoint(n.endpoint);
     }
   }

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "common/buffer.h"
-#include "common/config/job_config.h"
+#include "common/config/cluster_config.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "osprey.pb.h"
@@ -60,7 +60,7 @@ class JobState {
  public:
   // `config` is copied (only the cluster section and the tables are used). `start` begins the
   // startup timeout.
-  JobState(const config::JobConfig& config, uint64_t session_id, Clock::time_point start);
+  JobState(const config::PsConfig& config, uint64_t session_id, Clock::time_point start);
 
   void OnRegister(const ReplyAddress& from, const proto::RegisterRequest& req,
                   Clock::time_point now, Outbox* out);
@@ -111,6 +111,7 @@ class JobState {
     int64_t clock = 0;
     double loss = 0;
     uint64_t samples = 0;
+    uint64_t heartbeats = 0;  // received; lets tests wait for a node's next reports
     bool reported = false;  // workers: WorkerReport; servers: ServerReport
     bool sends_report = false;  // servers: promised a ServerReport at registration
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)

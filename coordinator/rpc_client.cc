@@ -29,11 +29,11 @@ StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(std::unique_ptr<Transport
 
 void RpcClient::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   transport_->Stop();
 }
 
@@ -41,7 +41,7 @@ Status RpcClient::Call(proto::Op op, const google::protobuf::MessageLite* reques
                        google::protobuf::MessageLite* reply, int timeout_ms) {
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     id = next_id_++;
   }
   return Roundtrip(op, MakeRequest(peer_, op, id, request), id, reply, timeout_ms);
@@ -51,7 +51,7 @@ Status RpcClient::CallRaw(proto::Op op, std::string payload, google::protobuf::M
                           int timeout_ms, int64_t clock) {
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     id = next_id_++;
   }
   Message msg = MakeRequest(peer_, op, id, nullptr);
@@ -70,18 +70,18 @@ Status RpcClient::Roundtrip(proto::Op op, Message msg, uint64_t id,
   const std::string what = OpName(op) + " to " + endpoint_;
   auto slot = std::make_shared<Slot>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return Unavailable(what + ": the client is stopped");
     pending_[id] = slot;
   }
   Status sent = transport_->Send(std::move(msg));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!sent.ok()) {
     pending_.erase(id);
     return Unavailable(what + ": " + sent.ToString());
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  bool woke = cv_.wait_until(lock, deadline, [&] { return slot->done || stopped_; });
+  bool woke = cv_.WaitUntil(&lock, deadline, [&]() REQUIRES(mu_) { return slot->done || stopped_; });
   pending_.erase(id);
   if (!slot->done) {
     if (!woke) {
@@ -89,7 +89,7 @@ Status RpcClient::Roundtrip(proto::Op op, Message msg, uint64_t id,
     }
     return Unavailable(what + ": the client was stopped");
   }
-  lock.unlock();
+  lock.Unlock();
   if (!slot->status.ok()) return slot->status;
   if (reply != nullptr &&
       !reply->ParseFromArray(slot->payload.data(), static_cast<int>(slot->payload.size()))) {
@@ -114,7 +114,7 @@ void RpcClient::OnMessage(Message&& msg) {
       st = InvalidArgument("reply from " + endpoint_ + " has op " + OpName(header.op()));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = pending_.find(header.request_id());
   if (it == pending_.end()) {
     stray_replies_.fetch_add(1);  // its call already gave up
@@ -123,7 +123,7 @@ void RpcClient::OnMessage(Message&& msg) {
   it->second->done = true;
   it->second->status = st;
   it->second->payload = msg.values;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 }  // namespace osprey::coordinator

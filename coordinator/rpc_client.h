@@ -14,13 +14,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "osprey.pb.h"
@@ -67,11 +66,11 @@ class RpcClient {
   const std::string endpoint_;
   PeerId peer_ = -1;  // set once in Create()
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<uint64_t, std::shared_ptr<Slot>> pending_;  // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                               // GUARDED_BY(mu_)
-  bool stopped_ = false;                               // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::map<uint64_t, std::shared_ptr<Slot>> pending_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  bool stopped_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> stray_replies_{0};
 };
 

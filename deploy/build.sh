@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Configures and builds Osprey (Release) into build/ after installing missing dependencies.
-# Usage: deploy/build.sh [extra cmake -D options]   (env: BUILD_DIR, JOBS)
+# Installs missing dependencies, configures (deploy/configure.sh) and builds Osprey (Release) into
+# build/, binaries in build/bin/.
+# Usage: deploy/build.sh [extra cmake -D options]
+#   env: BUILD_DIR (default build), JOBS (default nproc), TARGETS (space-separated ninja targets;
+#   default: everything, tests and benchmarks included)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
-cmake --build "$BUILD_DIR" -j "$JOBS"
+BUILD_DIR=$BUILD_DIR bash deploy/configure.sh "$@"
+targets=()
+for t in ${TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"

@@ -2,10 +2,13 @@
 # Installs, from Debian 12 packages, every build and test dependency of Osprey that is missing.
 # Idempotent: packages already present are not touched, and apt-get runs only when something is
 # missing. Run as root (or through sudo). Used by the README's two commands and by .ci/run.
+# Prints one line per step; apt's and dpkg's output goes to a log file ($INSTALL_LOG, default
+# /tmp/osprey-install-deps.log) that is printed only when a step fails.
 set -euo pipefail
 
 pkgs=(
   build-essential cmake ninja-build pkg-config git
+  clang
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
@@ -27,10 +30,28 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 
-echo "install-deps: installing ${missing[*]}"
+LOG=${INSTALL_LOG:-/tmp/osprey-install-deps.log}
+: >"$LOG"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "install-deps: done"
+
+# step DESCRIPTION COMMAND...: prints the step, runs it with its output in $LOG; on failure
+# prints the log and exits with the command's status.
+step() {
+  local what=$1
+  shift
+  echo "install-deps: $what"
+  local rc=0
+  "$@" >>"$LOG" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "install-deps: FAILED ($what, exit $rc); output of $LOG:" >&2
+    cat "$LOG" >&2
+    exit "$rc"
+  fi
+}
+
+step "apt-get update" $SUDO apt-get update
+step "installing ${#missing[@]} packages: ${missing[*]}" \
+  $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+echo "install-deps: done (log: $LOG)"

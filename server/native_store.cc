@@ -114,7 +114,7 @@ Status NativeStore::CreateTable(const StoreTableSpec& spec) {
   if (sparse_[spec.id] || dense_[spec.id]) {
     return Internal("table id " + std::to_string(spec.id) + " created twice");
   }
-  if (spec.config.type == "sparse") {
+  if (spec.config.type == config::TableType::kSparse) {
     sparse_[spec.id] = std::make_unique<SparseTable>(spec.id, spec.config.dim, spec.config.init,
                                                      std::move(optimizer));
   } else {

@@ -79,8 +79,8 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
                                                      store_.get(), &counters_));
       if (live_known_) tables_.back()->SetLiveWorkers(live_);
       const config::ConsistencyConfig& cc = tables[i].consistency;
-      timer = timer || (cc.mode != "bsp" && cc.merge_window_us > 0);
-      has_bsp_ = has_bsp_ || cc.mode == "bsp";
+      timer = timer || (cc.mode != config::ConsistencyMode::kBsp && cc.merge_window_us > 0);
+      has_bsp_ = has_bsp_ || cc.mode == config::ConsistencyMode::kBsp;
     }
     table_configs_ = tables;
     OSPREY_RETURN_IF_ERROR(RestoreLocked(map));

@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/config/job_config.h"
+#include "common/config/table_config.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "proto/wire.h"

@@ -17,7 +17,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/config/node_flags.h"
+#include "job/node_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "coordinator/coordinator_client.h"

@@ -34,9 +34,9 @@ uint64_t SparseTable::Hash(uint64_t key) { return Mix64(key); }
 
 void SparseTable::InitialWeights(uint64_t key, float* w) const {
   uint64_t base = Mix64(init_.seed ^ Mix64(key ^ (uint64_t{table_id_} << 56)));
-  if (init_.type == "zeros") {
+  if (init_.type == config::InitType::kZeros) {
     std::memset(w, 0, sizeof(float) * dim_);
-  } else if (init_.type == "normal") {
+  } else if (init_.type == config::InitType::kNormal) {
     for (int i = 0; i < dim_; ++i) {
       // Box-Muller from two independent hashes of (row, i).
       float u1 = UnitFloat(Mix64(base + 2 * i)) + 1e-7f;

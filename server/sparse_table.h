@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/config/job_config.h"
+#include "common/config/table_config.h"
 #include "server/huge_pages.h"
 #include "server/optim/optimizer.h"
 #include "server/store.h"

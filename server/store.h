@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/buffer.h"
-#include "common/config/job_config.h"
+#include "common/config/table_config.h"
 #include "common/status.h"
 #include "server/optim/optimizer.h"
 

@@ -9,7 +9,7 @@ namespace {
 
 enum Mode { kBsp = 0, kSsp = 1, kAsync = 2 };
 
-int ParseMode(const std::string& m) { return m == "bsp" ? kBsp : m == "ssp" ? kSsp : kAsync; }
+int ParseMode(config::ConsistencyMode m) { return m == config::ConsistencyMode::kBsp ? kBsp : m == config::ConsistencyMode::kSsp ? kSsp : kAsync; }
 
 int StalenessBucket(uint64_t s) {
   if (s == 0) return 0;
@@ -47,7 +47,7 @@ uint64_t TableShard::Staleness(const proto::Header& h) const {
 ApplyOptions TableShard::Options(int pushes, double lr_weight_sum, double staleness_sum) const {
   ApplyOptions o;
   if (pushes <= 0) return o;
-  if (cc_.lr_scale == "inverse") o.lr_scale = static_cast<float>(lr_weight_sum / pushes);
+  if (cc_.lr_scale == config::LrScale::kInverse) o.lr_scale = static_cast<float>(lr_weight_sum / pushes);
   if (cc_.momentum_decay && momentum_ > 0) {
     double s_mean = staleness_sum / pushes;
     double mu_eff = std::max(0.0, momentum_ - s_mean / (s_mean + 1.0));
@@ -65,7 +65,7 @@ Status TableShard::CheckFinite(const uint64_t* keys, size_t n, const float* g,
     for (size_t i = 0; i < n; ++i) total += Width(keys[i]);
   }
   *any_bad = !AllFinite(g, total);
-  if (!*any_bad || cc_.non_finite == "skip_row") return Status::OK();
+  if (!*any_bad || cc_.non_finite == config::NonFinite::kSkipRow) return Status::OK();
   for (size_t i = 0, off = 0; i < n; ++i) {
     size_t w = Width(keys[i]);
     if (!AllFinite(g + off, w)) {
@@ -283,9 +283,9 @@ Status TableShard::ApplyWindow(Window* w) {
   if (w->pushes == 0) return Status::OK();
   // The mean is applied as the optimizer reads the gradient (ApplyOptions::grad_scale, same
   // bits as scaling the buffer first), saving a pass over the merged gradients.
-  const float mean = cc_.merge_reduce == "mean" && w->pushes > 1 ? 1.0f / w->pushes : 1.0f;
+  const float mean = cc_.merge_reduce == config::MergeReduce::kMean && w->pushes > 1 ? 1.0f / w->pushes : 1.0f;
   // Sparse windows with a stale push: per-row options (only when a policy reads staleness).
-  const bool policies = cc_.lr_scale == "inverse" || (cc_.momentum_decay && momentum_ > 0);
+  const bool policies = cc_.lr_scale == config::LrScale::kInverse || (cc_.momentum_decay && momentum_ > 0);
   const bool row_policies = sparse() && w->any_stale && policies;
   ApplyOptions shared = Options(w->pushes, w->lr_weight_sum, w->staleness_sum);
   shared.grad_scale = mean;

@@ -74,7 +74,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/config/job_config.h"
+#include "common/config/table_config.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "proto/wire.h"

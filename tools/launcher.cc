@@ -14,7 +14,7 @@
 #include <optional>
 #include <thread>
 
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 #include "common/transport.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/final_state.h"

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "common/codec/codec.h"
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 #include "common/status.h"
 #include "worker/client/client.h"
 

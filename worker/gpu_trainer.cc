@@ -465,7 +465,7 @@ Status GpuTrainer::Init() {
 
   const config::TableConfig& sparse = job_.tables[job_.TableIndex(job_.model.sparse_table)];
   const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
-  gate_pulls_ = sparse.consistency.mode != "async" || dense.consistency.mode != "async";
+  gate_pulls_ = sparse.consistency.mode != config::ConsistencyMode::kAsync || dense.consistency.mode != config::ConsistencyMode::kAsync;
 
   // The cache's size and staleness bound (gpu_trainer.h).
   pullers_n_ = std::min(job_.worker.pull_threads, kMaxPullers);
@@ -496,8 +496,8 @@ Status GpuTrainer::Init() {
   } else if (cc.staleness_bound >= 0) {
     copt.staleness_bound = cc.staleness_bound;
   } else {
-    const std::string& mode = sparse.consistency.mode;
-    copt.staleness_bound = mode == "bsp" ? 0 : mode == "ssp" ? sparse.consistency.staleness_bound : 4;
+    const config::ConsistencyMode mode = sparse.consistency.mode;
+    copt.staleness_bound = mode == config::ConsistencyMode::kBsp ? 0 : mode == config::ConsistencyMode::kSsp ? sparse.consistency.staleness_bound : 4;
   }
 
   OSPREY_CUDA(cudaSetDevice(device_));

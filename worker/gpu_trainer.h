@@ -73,7 +73,7 @@
 #include <memory>
 #include <string>
 
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 #include "common/status.h"
 #include "worker/client/client.h"
 #include "worker/trainer.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 #include "common/status.h"
 #include "worker/client/client.h"
 #include "worker/compression.h"

@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <string>
 
-#include "common/config/node_flags.h"
+#include "job/node_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "coordinator/coordinator_client.h"

@@ -53,10 +53,10 @@ struct Result {
 double RunCase(OptimizerType type, int dim, int per_window, const Options& o, double* gbps) {
   config::TableConfig cfg;
   cfg.name = "bench";
-  cfg.type = "sparse";
+  cfg.type = config::TableType::kSparse;
   cfg.dim = dim;
   cfg.optimizer.type = type;
-  cfg.consistency.mode = "async";
+  cfg.consistency.mode = config::ConsistencyMode::kAsync;
   cfg.consistency.merge_max_pushes = per_window;
   NativeStore store;
   StoreTableSpec spec;

@@ -46,7 +46,7 @@ proto::ShardMap BenchShardMap(const std::string& endpoint,
     proto::TableSpec* t = map.add_tables();
     t->set_id(static_cast<uint32_t>(i));
     t->set_name(tables[i].name);
-    t->set_type(tables[i].type == "sparse" ? proto::TABLE_SPARSE : proto::TABLE_DENSE);
+    t->set_type(tables[i].type == config::TableType::kSparse ? proto::TABLE_SPARSE : proto::TABLE_DENSE);
     t->set_dim(tables[i].dim);
     t->set_size(tables[i].size);
     t->set_chunk_floats(tables[i].chunk_floats);

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "bench/transport_raw/child_server.h"
-#include "common/config/job_config.h"
+#include "common/config/table_config.h"
 #include "common/status.h"
 #include "proto/wire.h"
 

@@ -71,7 +71,7 @@ Plan QuickPlan() {
 std::string DenseName(size_t bytes) { return "dense_" + std::to_string(bytes); }
 std::string SparseName(int dim) { return "sparse_d" + std::to_string(dim); }
 
-config::TableConfig BenchTable(const std::string& name, const std::string& type) {
+config::TableConfig BenchTable(const std::string& name, config::TableType type) {
   config::TableConfig t;
   t.name = name;
   t.type = type;
@@ -87,7 +87,7 @@ std::vector<config::TableConfig> BenchTables(const Plan& plan) {
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   std::vector<config::TableConfig> tables;
   for (size_t bytes : sizes) {
-    config::TableConfig t = BenchTable(DenseName(bytes), "dense");
+    config::TableConfig t = BenchTable(DenseName(bytes), config::TableType::kDense);
     t.size = bytes / sizeof(float);
     t.chunk_floats = t.size;
     tables.push_back(t);
@@ -96,7 +96,7 @@ std::vector<config::TableConfig> BenchTables(const Plan& plan) {
   for (const SparseCase& c : plan.sparse) {
     if (std::find(dims.begin(), dims.end(), c.dim) != dims.end()) continue;
     dims.push_back(c.dim);
-    config::TableConfig t = BenchTable(SparseName(c.dim), "sparse");
+    config::TableConfig t = BenchTable(SparseName(c.dim), config::TableType::kSparse);
     t.dim = c.dim;
     tables.push_back(t);
   }

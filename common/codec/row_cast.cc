@@ -7,6 +7,7 @@
 #include "common/codec/codec_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define OSPREY_ROW_CAST_X86 1
 #else
@@ -42,8 +43,14 @@ void WidenHalfPortable(const uint16_t* src, size_t n, float* dst) {
 
 #if OSPREY_ROW_CAST_X86
 
+// F16C from CPUID leaf 1 (ECX bit 29) rather than __builtin_cpu_supports("f16c"): clang 14 does
+// not know that feature name (the -Wthread-safety build uses clang).
 bool HaveF16c() {
-  static const bool have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  static const bool have = [] {
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2");
+  }();
   return have;
 }
 

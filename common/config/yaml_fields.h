@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -29,6 +30,21 @@ class YamlFields {
   void Get(const char* key, std::string* out);
   // One of `allowed`.
   void Get(const char* key, std::string* out, const std::vector<std::string>& allowed);
+  // One of the names in `names`, stored as its enum value; the error lists the names in order
+  // ("'x' is not one of: bsp, ssp, async"). An absent key leaves *out as it is.
+  template <typename E>
+  void GetEnum(const char* key, E* out, const std::vector<std::pair<std::string, E>>& names) {
+    std::vector<std::string> allowed;
+    std::string value;
+    for (const auto& n : names) {
+      allowed.push_back(n.first);
+      if (n.second == *out) value = n.first;
+    }
+    Get(key, &value, allowed);
+    for (const auto& n : names) {
+      if (n.first == value) *out = n.second;
+    }
+  }
   void Get(const char* key, int* out, int64_t lo, int64_t hi);
   void Get(const char* key, int64_t* out, int64_t lo, int64_t hi);
   void Get(const char* key, uint64_t* out, uint64_t lo, uint64_t hi);

@@ -15,10 +15,6 @@ namespace {
 
 using optim_internal::GradPrep;
 
-constexpr OptimizerType kAllTypes[] = {OptimizerType::kSgd,     OptimizerType::kMomentum,
-                                       OptimizerType::kNesterov, OptimizerType::kAdagrad,
-                                       OptimizerType::kAdam,    OptimizerType::kFtrl};
-
 std::string FormatFloat(float v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(v));
@@ -88,31 +84,6 @@ GradPrep MakeGradPrep(const OptimizerConfig& c, const float* g, size_t dim, bool
 }
 
 }  // namespace
-
-const char* OptimizerTypeName(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::kSgd: return "sgd";
-    case OptimizerType::kMomentum: return "momentum";
-    case OptimizerType::kNesterov: return "nesterov";
-    case OptimizerType::kAdagrad: return "adagrad";
-    case OptimizerType::kAdam: return "adam";
-    case OptimizerType::kFtrl: return "ftrl";
-  }
-  return "unknown";
-}
-
-StatusOr<OptimizerType> ParseOptimizerType(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  std::string valid;
-  for (OptimizerType type : kAllTypes) {
-    if (lower == OptimizerTypeName(type)) return type;
-    valid += valid.empty() ? "" : ", ";
-    valid += OptimizerTypeName(type);
-  }
-  return InvalidArgument("unknown optimizer type '" + name + "'; valid types: " + valid);
-}
 
 Optimizer::Optimizer(const OptimizerConfig& config)
     : config_(config),

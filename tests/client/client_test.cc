@@ -464,7 +464,7 @@ namespace {
 
 std::vector<config::TableConfig> BspTables() {
   std::vector<config::TableConfig> tables = testing::TestTables();
-  for (auto& t : tables) t.consistency.mode = "bsp";
+  for (auto& t : tables) t.consistency.mode = config::ConsistencyMode::kBsp;
   return tables;
 }
 

@@ -1,4 +1,4 @@
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/config/yaml_fields.h"
+#include "server/optim/optimizer.h"
 
 namespace osprey::config {
 namespace {
@@ -127,7 +128,7 @@ TEST(JobConfigTest, CodecAndConsistencySectionsAreValidated) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->tables[1].codec.type, "topk");
   EXPECT_TRUE(job->tables[1].codec.error_feedback);
-  EXPECT_EQ(job->tables[1].consistency.mode, "ssp");
+  EXPECT_EQ(job->tables[1].consistency.mode, ConsistencyMode::kSsp);
   EXPECT_EQ(job->tables[1].consistency.staleness_bound, 3);
   EXPECT_EQ(job->checkpoint.every_steps, 50);
   ExpectError(kMinimal, {"tables.mlp.codec.type=zip"}, "tables[1].codec.type: 'zip' is not one of");

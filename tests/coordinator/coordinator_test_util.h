@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "common/config/job_config.h"
+#include "common/config/cluster_config.h"
 #include "common/inproc_transport.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_client.h"
@@ -15,9 +15,9 @@
 
 namespace osprey::coordinator::testing {
 
-inline config::JobConfig TestJob(int servers, int workers, int heartbeat_timeout_ms = 2000,
+inline config::PsConfig TestJob(int servers, int workers, int heartbeat_timeout_ms = 2000,
                                  int startup_timeout_ms = 10000) {
-  config::JobConfig job;
+  config::PsConfig job;
   job.cluster.num_servers = servers;
   job.cluster.num_workers = workers;
   job.cluster.heartbeat_interval_ms = 50;
@@ -59,7 +59,7 @@ class CoordinatorHarness {
  public:
   static constexpr char kEndpoint[] = "inproc://coordinator";
 
-  explicit CoordinatorHarness(const config::JobConfig& job)
+  explicit CoordinatorHarness(const config::PsConfig& job)
       : hub_(std::make_shared<InprocHub>()),
         coordinator_(job, std::make_unique<InprocTransport>(hub_)) {
     StatusOr<std::string> bound = coordinator_.Start(kEndpoint);

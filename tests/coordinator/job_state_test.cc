@@ -97,7 +97,7 @@ TEST_F(JobStateTest, RefusesDuplicateRankExtraNodeAndServerWithoutEndpoint) {
 }
 
 TEST_F(JobStateTest, WorkersResolveDenseTableSizeAndConflictsAreRefused) {
-  config::JobConfig job = TestJob(1, 2);
+  config::PsConfig job = TestJob(1, 2);
   job.tables[1].size = 0;  // the model's parameter count, which the workers know
   JobState s(job, 1, t0_);
   proto::RegisterRequest w0 = WorkerRequest(201);
@@ -138,6 +138,20 @@ TEST_F(JobStateTest, StartupTimeoutFailsNamingWhoIsMissing) {
   EXPECT_EQ(out[0].status.code(), StatusCode::kAborted);
   EXPECT_TRUE(s.over(t0_ + Ms(1000)));
   EXPECT_FALSE(s.result().ok());
+}
+
+TEST_F(JobStateTest, SnapshotCountsEachNodesHeartbeats) {
+  JobState s(TestJob(1, 2), 1, t0_);
+  Rendezvous(&s, 2);
+  Outbox out;
+  s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_WORKER, 0, 3), t0_ + Ms(10), &out);
+  s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_WORKER, 0, 3), t0_ + Ms(20), &out);
+  s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_SERVER, 0), t0_ + Ms(20), &out);
+  proto::ClusterState st = s.Snapshot();
+  ASSERT_EQ(st.nodes_size(), 3);
+  EXPECT_EQ(st.nodes(0).heartbeats(), 1u);  // server 0
+  EXPECT_EQ(st.nodes(1).heartbeats(), 2u);  // worker 0
+  EXPECT_EQ(st.nodes(2).heartbeats(), 0u);  // worker 1: none yet
 }
 
 TEST_F(JobStateTest, SilentWorkerIsMarkedDeadOnceAndJobGoesOn) {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/transport.h"
+#include "coordinator/coordinator_client.h"
 #include "tests/coordinator/process_test_util.h"
 #include "tools/child_process.h"
 
@@ -42,6 +44,45 @@ std::vector<std::pair<std::string, pid_t>> WaitForPids(const std::string& log_di
     std::this_thread::sleep_for(Ms(20));
   }
   return pids;
+}
+
+// The coordinator endpoint `osprey launch` printed in its first line ("...; coordinator E; logs
+// in ..."), waiting up to 20 s for it in `err_path`; "" when it did not appear.
+std::string LaunchedCoordinator(const std::string& err_path) {
+  const std::string tag = "; coordinator ";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string err = ReadFile(err_path);
+    const size_t at = err.find(tag);
+    const size_t end = at == std::string::npos ? at : err.find(';', at + tag.size());
+    if (end != std::string::npos) return err.substr(at + tag.size(), end - at - tag.size());
+    std::this_thread::sleep_for(Ms(20));
+  }
+  return "";
+}
+
+// Whether, within `timeout`, the coordinator at `endpoint` heard a step > 0 from `workers` workers:
+// training is under way.
+bool WaitForTraining(const std::string& endpoint, int workers, Ms timeout) {
+  auto transport = MakeTransport(TransportOptions{});
+  if (!transport.ok()) return false;
+  auto coord = coordinator::CoordinatorClient::Create(std::move(*transport), endpoint);
+  if (!coord.ok()) return false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool training = false;
+  while (!training && std::chrono::steady_clock::now() < deadline) {
+    auto state = (*coord)->GetState(1000);
+    int stepping = 0;
+    if (state.ok()) {
+      for (const proto::NodeState& n : state->nodes()) {
+        if (n.role() == proto::ROLE_WORKER && n.clock() > 0) ++stepping;
+      }
+    }
+    training = stepping >= workers;
+    if (!training) std::this_thread::sleep_for(Ms(20));
+  }
+  (*coord)->Stop();
+  return training;
 }
 
 std::vector<pid_t> PidsOf(const std::vector<std::pair<std::string, pid_t>>& named) {
@@ -235,7 +276,10 @@ TEST_F(RealBinaries, SigintMidRunStopsEveryProcess) {
                  dir_);
   auto named = WaitForPids(dir_ + "/logs", 5);
   ASSERT_EQ(named.size(), 5u) << ReadFile(p.err_path);
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // training is under way
+  const std::string coordinator = LaunchedCoordinator(p.err_path);
+  ASSERT_FALSE(coordinator.empty()) << ReadFile(p.err_path);
+  ASSERT_TRUE(WaitForTraining(coordinator, 2, Ms(60000)))
+      << "training is not under way\n" << ReadFile(p.err_path);
   ASSERT_EQ(::kill(p.pid, SIGINT), 0);
   std::optional<int> status = WaitExit(p.pid, std::chrono::seconds(15));
   ASSERT_TRUE(status.has_value());

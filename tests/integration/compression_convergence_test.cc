@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 #include "tests/testing/inproc_training.h"
 #include "worker/client/client.h"
 #include "worker/trainer.h"

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 #include "tests/testing/inproc_training.h"
 
 namespace osprey {

@@ -174,21 +174,61 @@ class Cluster {
   // The step (heartbeat clock) the coordinator last heard from the worker process `name`; -1 when
   // not known yet. Heartbeats come every cluster.heartbeat_interval_ms.
   long Step(const std::string& name) {
+    osprey::proto::NodeState n;
+    return Node(name, &n) ? n.clock() : -1;
+  }
+  // How many heartbeats the coordinator has received from the worker process `name`; -1 when not
+  // known yet.
+  long Heartbeats(const std::string& name) {
+    osprey::proto::NodeState n;
+    return Node(name, &n) ? static_cast<long>(n.heartbeats()) : -1;
+  }
+  // Whether, within `seconds`, the worker process `name` reported the same step in `heartbeats`
+  // consecutive heartbeats after the first that carried it: it has stopped making steps while
+  // alive (a pull held at the servers blocks training, not the heartbeat thread).
+  bool WaitForStill(const std::string& name, long heartbeats, int seconds) {
+    long step = -2, since = 0;
+    return WaitFor(
+        [&] {
+          osprey::proto::NodeState n;
+          if (!Node(name, &n)) return false;
+          if (n.clock() != step) {
+            step = n.clock();
+            since = static_cast<long>(n.heartbeats());
+            return false;
+          }
+          return static_cast<long>(n.heartbeats()) - since >= heartbeats;
+        },
+        Clock::now() + std::chrono::seconds(seconds));
+  }
+  // Whether the coordinator received `more` heartbeats from the worker process `name` (after the
+  // ones counted now) within `seconds`.
+  bool WaitForHeartbeats(const std::string& name, long more, int seconds) {
+    const long start = Heartbeats(name);
+    if (start < 0) return false;
+    return WaitFor([&] { return Heartbeats(name) >= start + more; },
+                   Clock::now() + std::chrono::seconds(seconds));
+  }
+  // The coordinator's record of the worker process `name`; false when not known yet.
+  bool Node(const std::string& name, osprey::proto::NodeState* out) {
     int rank = RankOf(log(name));
-    if (rank < 0) return -1;
+    if (rank < 0) return false;
     if (!coord_) {
       auto t = osprey::MakeTransport(osprey::TransportOptions{});
-      if (!t.ok()) return -1;
+      if (!t.ok()) return false;
       auto c = osprey::coordinator::CoordinatorClient::Create(std::move(t).value(), endpoint_);
-      if (!c.ok()) return -1;
+      if (!c.ok()) return false;
       coord_ = std::move(c).value();
     }
     auto st = coord_->GetState(1000);
-    if (!st.ok()) return -1;
+    if (!st.ok()) return false;
     for (const auto& n : st->nodes()) {
-      if (n.role() == osprey::proto::ROLE_WORKER && n.rank() == rank) return n.clock();
+      if (n.role() == osprey::proto::ROLE_WORKER && n.rank() == rank) {
+        *out = n;
+        return true;
+      }
     }
-    return -1;
+    return false;
   }
   std::string Logs() const {
     std::string out;
@@ -241,6 +281,11 @@ constexpr int kSteps = 400;
 // worker frozen or killed just before a heartbeat may have made up to this many more steps
 // (about 200 steps/s on 2 cores).
 constexpr long kHeartbeatLagSteps = 8;
+// A worker that reports one step in this many consecutive heartbeats (20 ms apart; it makes about
+// 4 steps per heartbeat while it trains) has stopped.
+constexpr long kStillHeartbeats = 10;
+// How long the test then watches a blocked worker stand still: 1.5 s of heartbeats at 20 ms.
+constexpr long kWatchHeartbeats = 75;
 
 TEST(ModesProcessTest, SspFastWorkerBlocksStalenessBoundAheadAndResumes) {
   constexpr int kBound = 2;
@@ -258,16 +303,21 @@ TEST(ModesProcessTest, SspFastWorkerBlocksStalenessBoundAheadAndResumes) {
       << cluster.Logs();
   Child& slow = cluster.child("worker-1");
   ASSERT_EQ(::kill(slow.pid, SIGSTOP), 0);
-  // Let worker 0 run into the bound, then watch it stand still.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Let worker 0 run into the bound (it stops making steps), then watch it stand still while it
+  // sends kWatchHeartbeats more heartbeats.
+  ASSERT_TRUE(cluster.WaitForStill("worker-0", kStillHeartbeats, 30))
+      << "worker 0 never stopped while worker 1 was frozen\n"
+      << cluster.Logs();
   long w1_step = cluster.Step("worker-1");  // at its last heartbeat
   long w0_blocked = cluster.Step("worker-0");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(cluster.WaitForHeartbeats("worker-0", kWatchHeartbeats, 30))
+      << "worker 0 stopped heartbeating\n"
+      << cluster.Logs();
   long w0_later = cluster.Step("worker-0");
   std::printf(
-      "worker 1 frozen at step %ld (last heartbeat); worker 0 at %ld, 1.5 s later %ld "
+      "worker 1 frozen at step %ld (last heartbeat); worker 0 at %ld, %ld heartbeats later %ld "
       "(bound %d)\n",
-      w1_step, w0_blocked, w0_later, kBound);
+      w1_step, w0_blocked, kWatchHeartbeats, w0_later, kBound);
   EXPECT_EQ(w0_later, w0_blocked) << "worker 0 kept training while worker 1 was frozen";
   // Worker 0's pull for step c waits while c > progress(worker 1) + bound, so worker 0 finishes at
   // most step progress + bound + 1; progress of worker 1 at the servers is at most its

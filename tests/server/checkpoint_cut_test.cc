@@ -27,7 +27,7 @@ constexpr int kServers = 2;
 
 std::vector<config::TableConfig> BspTables() {
   auto t = testing::TestTables();
-  for (auto& c : t) c.consistency.mode = "bsp";
+  for (auto& c : t) c.consistency.mode = config::ConsistencyMode::kBsp;
   return t;
 }
 
@@ -112,7 +112,7 @@ class CutTest : public ::testing::Test {
       StoreTableSpec spec;
       spec.id = static_cast<uint32_t>(i);
       spec.config = cluster_->tables()[i];
-      if (spec.config.type == "dense") spec.owned_chunks = {0, 1, 2};
+      if (spec.config.type == config::TableType::kDense) spec.owned_chunks = {0, 1, 2};
       EXPECT_TRUE(store.CreateTable(spec).ok());
       now.tables.push_back(cluster_->map().tables(static_cast<int>(i)));
       now.optimizers.push_back(OptimizerTypeName(spec.config.optimizer.type));

@@ -28,7 +28,7 @@ constexpr float kLr = 0.5f;
 std::vector<config::TableConfig> Tables() {
   config::TableConfig dense;
   dense.name = "mlp";
-  dense.type = "dense";
+  dense.type = config::TableType::kDense;
   dense.size = kFloats;
   dense.chunk_floats = 64;
   dense.optimizer.type = OptimizerType::kSgd;

@@ -99,7 +99,7 @@ class Worker {
   std::deque<Message> replies_;
 };
 
-std::vector<config::TableConfig> Tables(const std::string& mode,
+std::vector<config::TableConfig> Tables(config::ConsistencyMode mode,
                                         void (*tweak)(config::TableConfig*) = nullptr) {
   std::vector<config::TableConfig> t = testing::TestTables();
   for (auto& c : t) c.consistency.mode = mode;
@@ -120,7 +120,7 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want) {
 }
 
 TEST(BspTest, AppliesOnceWhenAllWorkersPushedWithTheMean) {
-  InprocCluster cluster(1, Tables("bsp"));
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kBsp));
   cluster.server(0).SetLiveWorkers({0, 1});
   ASSERT_TRUE(cluster.ActivateAll().ok());
   Worker a(&cluster, 0), b(&cluster, 1);
@@ -149,7 +149,7 @@ TEST(BspTest, AppliesOnceWhenAllWorkersPushedWithTheMean) {
 }
 
 TEST(BspTest, DeadWorkerReleasesTheWindow) {
-  InprocCluster cluster(1, Tables("bsp"));
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kBsp));
   cluster.server(0).SetLiveWorkers({0, 1});
   ASSERT_TRUE(cluster.ActivateAll().ok());
   Worker a(&cluster, 0);
@@ -165,7 +165,7 @@ TEST(BspTest, DeadWorkerReleasesTheWindow) {
 
 TEST(AsyncTest, WindowOfOneEqualsApplyPerPush) {
   auto adagrad = [](config::TableConfig* c) { c->optimizer.type = OptimizerType::kAdagrad; };
-  InprocCluster cluster(1, Tables("async", adagrad));
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, adagrad));
   ASSERT_TRUE(cluster.ActivateAll().ok());
   Worker a(&cluster, 0);
   const config::TableConfig& cfg = cluster.tables()[0];
@@ -187,7 +187,7 @@ TEST(AsyncTest, WindowOfOneEqualsApplyPerPush) {
 }
 
 TEST(AsyncTest, MaxPushesMergesIntoOneStep) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
     c->consistency.merge_max_pushes = 2;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());
@@ -209,7 +209,7 @@ TEST(AsyncTest, MaxPushesMergesIntoOneStep) {
 }
 
 TEST(AsyncTest, TimeWindowClosesOnTheTimer) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
     c->consistency.merge_max_pushes = 100;
     c->consistency.merge_window_us = 20000;
   }));
@@ -230,7 +230,7 @@ TEST(AsyncTest, TimeWindowClosesOnTheTimer) {
 }
 
 TEST(SspTest, FastWorkerBlocksUntilTheSlowOneAdvances) {
-  InprocCluster cluster(1, Tables("ssp", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kSsp, [](config::TableConfig* c) {
     c->consistency.staleness_bound = 1;
   }));
   cluster.server(0).SetLiveWorkers({0, 1});
@@ -254,8 +254,8 @@ TEST(SspTest, FastWorkerBlocksUntilTheSlowOneAdvances) {
 }
 
 TEST(StalenessTest, InverseLrScaleUsesTheComputedStaleness) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
-    c->consistency.lr_scale = "inverse";
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
+    c->consistency.lr_scale = config::LrScale::kInverse;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());
   Worker a(&cluster, 0);
@@ -278,7 +278,7 @@ TEST(StalenessTest, InverseLrScaleUsesTheComputedStaleness) {
 }
 
 TEST(StalenessTest, DropAboveDropsStalePushes) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
     c->consistency.drop_above = 1;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());
@@ -298,7 +298,7 @@ TEST(StalenessTest, DropAboveDropsStalePushes) {
 }
 
 TEST(StalenessTest, MomentumDecayScalesMomentum) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
     c->optimizer.type = OptimizerType::kMomentum;
     c->optimizer.momentum = 0.9f;
     c->consistency.momentum_decay = true;
@@ -315,8 +315,8 @@ TEST(StalenessTest, MomentumDecayScalesMomentum) {
 }
 
 TEST(NonFiniteTest, SkipRowSkipsOnlyTheBadRow) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
-    c->consistency.non_finite = "skip_row";
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
+    c->consistency.non_finite = config::NonFinite::kSkipRow;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());
   Worker a(&cluster, 0);
@@ -333,7 +333,7 @@ TEST(NonFiniteTest, SkipRowSkipsOnlyTheBadRow) {
 }
 
 TEST(ConsistencyConfigTest, NegativeDcLambdaIsRefused) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
     c->consistency.dc_lambda = -0.5f;
   }));
   Status s = cluster.ActivateAll();
@@ -344,7 +344,7 @@ TEST(ConsistencyConfigTest, NegativeDcLambdaIsRefused) {
 // DC-ASGD by hand: g' = g + lambda * g * g * (w_now - w_at_pull), SGD w -= lr * g'.
 TEST(DelayCompensationTest, CompensatesWithTheWeightsServedAtPull) {
   constexpr float kLambda = 0.5f;
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
     c->consistency.dc_lambda = kLambda;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());
@@ -384,7 +384,7 @@ TEST(DelayCompensationTest, DenseChunksAreCompensated) {
   constexpr float kLambda = 0.25f;
   std::vector<config::TableConfig> tables = testing::TestTables();
   for (auto& c : tables) {
-    c.consistency.mode = "async";
+    c.consistency.mode = config::ConsistencyMode::kAsync;
     c.consistency.dc_lambda = kLambda;
   }
   InprocCluster cluster(1, tables);
@@ -412,8 +412,8 @@ TEST(DelayCompensationTest, DenseChunksAreCompensated) {
 
 // Per-row staleness: rows count only the windows that updated them since the push's version.
 TEST(RowStalenessTest, StaleRowsAreScaledAndUntouchedRowsAreFresh) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
-    c->consistency.lr_scale = "inverse";
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
+    c->consistency.lr_scale = config::LrScale::kInverse;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());
   Worker a(&cluster, 0), b(&cluster, 1);
@@ -440,8 +440,8 @@ TEST(RowStalenessTest, StaleRowsAreScaledAndUntouchedRowsAreFresh) {
 }
 
 TEST(RowStalenessTest, MergedWindowScalesPerRow) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
-    c->consistency.lr_scale = "inverse";
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
+    c->consistency.lr_scale = config::LrScale::kInverse;
     c->consistency.merge_max_pushes = 2;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());
@@ -468,7 +468,7 @@ TEST(RowStalenessTest, MergedWindowScalesPerRow) {
 }
 
 TEST(RowStalenessTest, DropAboveDropsOnlyStaleRows) {
-  InprocCluster cluster(1, Tables("async", [](config::TableConfig* c) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, [](config::TableConfig* c) {
     c->consistency.drop_above = 1;
   }));
   ASSERT_TRUE(cluster.ActivateAll().ok());

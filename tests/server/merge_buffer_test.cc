@@ -70,11 +70,11 @@ constexpr int kDim = 8;
 config::TableConfig Config(const std::string& optimizer, int per_window) {
   config::TableConfig cfg;
   cfg.name = "t";
-  cfg.type = "sparse";
+  cfg.type = config::TableType::kSparse;
   cfg.dim = kDim;
   cfg.optimizer.type = *ParseOptimizerType(optimizer);
   cfg.optimizer.lr = 0.1f;
-  cfg.consistency.mode = "async";
+  cfg.consistency.mode = config::ConsistencyMode::kAsync;
   cfg.consistency.merge_max_pushes = per_window;
   return cfg;
 }
@@ -203,8 +203,8 @@ TEST(MergeBufferTest, RowIdPathEqualsKeyPathAndReferenceBitExact) {
 
 TEST(MergeBufferTest, StalePushesAndSkipRowSameBitsOnBothPaths) {
   config::TableConfig cfg = Config("adagrad", 3);
-  cfg.consistency.lr_scale = "inverse";
-  cfg.consistency.non_finite = "skip_row";
+  cfg.consistency.lr_scale = config::LrScale::kInverse;
+  cfg.consistency.non_finite = config::NonFinite::kSkipRow;
   std::vector<Push> pushes = RandomPushes(12, 200, 23);
   for (size_t p = 0; p < pushes.size(); ++p) {
     if (p >= 3 && p % 2 == 1) pushes[p].version = 1;  // stale: per-row staleness and options

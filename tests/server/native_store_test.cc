@@ -12,7 +12,7 @@ namespace {
 config::TableConfig SparseConfig(int dim, const std::string& opt = "sgd") {
   config::TableConfig c;
   c.name = "t";
-  c.type = "sparse";
+  c.type = config::TableType::kSparse;
   c.dim = dim;
   c.optimizer.type = *ParseOptimizerType(opt);
   c.optimizer.lr = 0.1f;
@@ -50,7 +50,7 @@ TEST(SparseTableTest, InitializerDependsOnSeedTableAndKeyOnly) {
   for (float x : wa) {
     EXPECT_LE(std::abs(x), 0.1f);
   }
-  init.type = "zeros";
+  init.type = config::InitType::kZeros;
   SparseTable z(1, 8, init, *Optimizer::Make(SparseConfig(8).optimizer));
   z.InitialWeights(123, wa.data());
   for (float x : wa) EXPECT_EQ(x, 0.0f);
@@ -60,7 +60,7 @@ TEST(NativeStoreTest, DuplicateKeysInOnePushApplyTwice) {
   NativeStore store;
   StoreTableSpec spec;
   spec.config = SparseConfig(1);
-  spec.config.init.type = "zeros";
+  spec.config.init.type = config::InitType::kZeros;
   ASSERT_TRUE(store.CreateTable(spec).ok());
   std::vector<uint64_t> keys = {4, 4};
   std::vector<float> g = {1.0f, 2.0f};
@@ -75,7 +75,7 @@ TEST(NativeStoreTest, DenseChunksAndShortLastChunk) {
   NativeStore store;
   StoreTableSpec spec;
   spec.id = 0;
-  spec.config.type = "dense";
+  spec.config.type = config::TableType::kDense;
   spec.config.size = 10;
   spec.config.chunk_floats = 4;
   spec.owned_chunks = {0, 2};

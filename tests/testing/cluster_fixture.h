@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config/job_config.h"
+#include "common/config/table_config.h"
 #include "common/inproc_transport.h"
 #include "proto/wire.h"
 #include "server/server.h"
@@ -22,12 +22,12 @@ namespace osprey::testing {
 inline std::vector<config::TableConfig> TestTables() {
   config::TableConfig sparse;
   sparse.name = "emb";
-  sparse.type = "sparse";
+  sparse.type = config::TableType::kSparse;
   sparse.dim = 4;
   sparse.optimizer.lr = 0.5f;
   config::TableConfig dense;
   dense.name = "mlp";
-  dense.type = "dense";
+  dense.type = config::TableType::kDense;
   dense.size = 10;
   dense.chunk_floats = 4;
   dense.optimizer.lr = 0.5f;
@@ -43,7 +43,7 @@ inline proto::ShardMap MakeShardMap(const std::vector<std::string>& endpoints,
     proto::TableSpec* t = map.add_tables();
     t->set_id(static_cast<uint32_t>(i));
     t->set_name(tables[i].name);
-    t->set_type(tables[i].type == "sparse" ? proto::TABLE_SPARSE : proto::TABLE_DENSE);
+    t->set_type(tables[i].type == config::TableType::kSparse ? proto::TABLE_SPARSE : proto::TABLE_DENSE);
     t->set_dim(tables[i].dim);
     t->set_size(tables[i].size);
     t->set_chunk_floats(tables[i].chunk_floats);

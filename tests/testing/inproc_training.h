@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 #include "tests/testing/cluster_fixture.h"
 #include "worker/client/client.h"
 #include "worker/trainer.h"

@@ -1,74 +1,16 @@
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 
 #include <fstream>
 #include <limits>
 #include <sstream>
 
-#include "common/codec/codec.h"
-#include "common/config/codec_yaml.h"
 #include "common/config/yaml_fields.h"
+#include "server/optim/optimizer.h"
 
 namespace osprey::config {
 namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-constexpr double kHuge = 1e30;
-
-void ParseCluster(YamlFields& f, ClusterConfig* c) {
-  f.Get("servers", &c->num_servers, 1, 4096);
-  f.Get("workers", &c->num_workers, 1, 4096);
-  f.Get("transport", &c->transport, {"tcp", "ipc"});
-  f.Get("host", &c->host);
-  f.Get("coordinator", &c->coordinator);
-  f.Get("ipc_dir", &c->ipc_dir);
-  f.Get("heartbeat_interval_ms", &c->heartbeat_interval_ms, 10, 600000);
-  f.Get("heartbeat_timeout_ms", &c->heartbeat_timeout_ms, 50, 3600000);
-  f.Get("startup_timeout_ms", &c->startup_timeout_ms, 100, 3600000);
-  if (f.ok() && c->heartbeat_timeout_ms <= c->heartbeat_interval_ms) {
-    f.Fail("heartbeat_timeout_ms", "must be larger than heartbeat_interval_ms (" +
-                                       std::to_string(c->heartbeat_interval_ms) + ")");
-  }
-  if (f.ok() && c->coordinator.rfind("tcp://", 0) != 0 && c->coordinator.rfind("ipc://", 0) != 0) {
-    f.Fail("coordinator", "'" + c->coordinator + "' is not a tcp:// or ipc:// endpoint");
-  }
-}
-
-void ParseOptimizer(YamlFields& f, server::OptimizerConfig* o) {
-  std::string type = server::OptimizerTypeName(o->type);
-  f.Get("type", &type, {"sgd", "momentum", "nesterov", "adagrad", "adam", "ftrl"});
-  if (f.ok()) o->type = *server::ParseOptimizerType(type);
-  f.Get("lr", &o->lr, 0, kHuge, /*lo_open=*/true);
-  f.Get("momentum", &o->momentum, 0, 0.999999);
-  f.Get("initial_accumulator", &o->initial_accumulator, 0, kHuge);
-  f.Get("eps", &o->eps, 0, 1, /*lo_open=*/true);
-  f.Get("beta1", &o->beta1, 0, 0.999999);
-  f.Get("beta2", &o->beta2, 0, 0.999999);
-  f.Get("alpha", &o->ftrl_alpha, 0, kHuge, /*lo_open=*/true);
-  f.Get("beta", &o->ftrl_beta, 0, kHuge);
-  f.Get("l1", &o->ftrl_l1, 0, kHuge);
-  f.Get("l2", &o->ftrl_l2, 0, kHuge);
-  f.Get("weight_decay", &o->weight_decay, 0, kHuge);
-  f.Get("clip_value", &o->clip_value, 0, kHuge);
-  f.Get("clip_norm", &o->clip_norm, 0, kHuge);
-}
-
-void ParseTable(YamlFields& f, TableConfig* t) {
-  f.Get("name", &t->name);
-  f.Get("type", &t->type, {"sparse", "dense"});
-  f.Get("dim", &t->dim, 1, 65536);
-  f.Get("size", &t->size, 0, uint64_t{1} << 40);
-  f.Get("chunk_floats", &t->chunk_floats, 1, uint64_t{1} << 32);
-  f.Section("init", [&](YamlFields& s) {
-    s.Get("type", &t->init.type, {"uniform", "normal", "zeros"});
-    s.Get("scale", &t->init.scale, 0, kHuge);
-    s.Get("seed", &t->init.seed, 0, std::numeric_limits<uint64_t>::max());
-  });
-  f.Section("optimizer", [&](YamlFields& s) { ParseOptimizer(s, &t->optimizer); });
-  f.Section("consistency", [&](YamlFields& s) { ParseConsistency(s, &t->consistency); });
-  f.Section("codec", [&](YamlFields& s) { ParseCodec(s, &t->codec); });
-  f.Get("pull_codec", &t->pull_codec, {"none", "fp16", "bf16"});
-  if (f.ok() && t->name.empty()) f.Fail("name", "every table needs a non-empty name");
-}
 
 void ParseModel(YamlFields& f, ModelSection* m) {
   f.Get("type", &m->model.type, {"dlrm", "lr"});
@@ -144,41 +86,13 @@ Status Resolve(JobConfig* job) {
                            job->data.source + "'");
   }
   for (size_t i = 0; i < job->tables.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (job->tables[i].name == job->tables[j].name) {
-        return InvalidArgument(file + ": tables[" + std::to_string(i) + "].name: '" +
-                               job->tables[i].name + "' is used twice");
-      }
-    }
+    OSPREY_RETURN_IF_ERROR(ValidateTableName(file, job->tables, i));
     auto opt = server::Optimizer::Make(job->tables[i].optimizer);
     if (!opt.ok()) {
       return InvalidArgument(file + ": tables[" + std::to_string(i) + "].optimizer: " +
                              opt.status().message());
     }
-    Status codec = codec::ValidateCodecConfig(job->tables[i].codec);
-    if (!codec.ok()) {
-      return InvalidArgument(file + ": tables[" + std::to_string(i) + "].codec: " + codec.message());
-    }
-    // A sparse table's pushes are already row-sparse (one deduplicated row per key): its rows go
-    // whole, at most cast to 16 bits. Everything else would be silently meaningless there.
-    const codec::CodecConfig& c = job->tables[i].codec;
-    if (job->tables[i].type == "dense" && job->tables[i].pull_codec != "none") {
-      return InvalidArgument(file + ": tables[" + std::to_string(i) + "].pull_codec: table '" +
-                             job->tables[i].name + "' is dense; only sparse tables' rows can be pulled as " +
-                             job->tables[i].pull_codec);
-    }
-    if (job->tables[i].type == "sparse") {
-      const std::string where = file + ": tables[" + std::to_string(i) + "].codec: table '" +
-                                job->tables[i].name + "' is sparse";
-      if (c.type != "none" && c.type != "fp16" && c.type != "bf16") {
-        return InvalidArgument(where + ": its gradient rows are sent whole, so the codec must be none, fp16 or bf16 "
-                               "(got '" + c.type + "'; top-k, random-k and onebit are for dense tables)");
-      }
-      if (c.error_feedback || c.dgc_momentum != 0.0f || c.clip_norm != 0.0f || c.schedule.type != "none") {
-        return InvalidArgument(where + ": error_feedback, dgc_momentum, clip_norm and schedule apply to dense "
-                               "tables only");
-      }
-    }
+    OSPREY_RETURN_IF_ERROR(ValidateTableCodecs(file, job->tables[i], i));
   }
   models::ModelConfig& mc = job->model.model;
   mc.dlrm.num_sparse = static_cast<int>(job->data.synthetic.cardinalities.size());
@@ -187,11 +101,11 @@ Status Resolve(JobConfig* job) {
   if (!model.ok()) return InvalidArgument(file + ": model: " + model.status().message());
   int s = job->TableIndex(job->model.sparse_table);
   int d = job->TableIndex(job->model.dense_table);
-  if (s < 0 || job->tables[s].type != "sparse") {
+  if (s < 0 || job->tables[s].type != TableType::kSparse) {
     return InvalidArgument(file + ": model.sparse_table: '" + job->model.sparse_table +
                            "' is not a sparse table of this config");
   }
-  if (d < 0 || job->tables[d].type != "dense") {
+  if (d < 0 || job->tables[d].type != TableType::kDense) {
     return InvalidArgument(file + ": model.dense_table: '" + job->model.dense_table +
                            "' is not a dense table of this config");
   }
@@ -213,13 +127,6 @@ Status Resolve(JobConfig* job) {
 }
 
 }  // namespace
-
-int JobConfig::TableIndex(const std::string& name) const {
-  for (size_t i = 0; i < tables.size(); ++i) {
-    if (tables[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
-}
 
 StatusOr<JobConfig> ParseJobConfig(const std::string& yaml_text, const std::string& name,
                                    const std::vector<std::string>& overrides) {

@@ -1,5 +1,11 @@
 // JobConfig: the typed form of an Osprey YAML config, shared by every binary of a job.
 //
+// Layering: this is job/ (target osprey::job), above common/config (the parameter-server part:
+// cluster, tables, checkpoint; common/config/cluster_config.h), server/optim (to validate
+// optimizer settings) and worker/models + worker/data (the model's sizes decide a dense table's
+// size and a sparse table's width). The servers' and coordinator's libraries use only
+// common/config; the worker, tools and the mains use this.
+//
 // The same file (plus the same --set overrides) is given to the coordinator, the servers, the
 // workers and `osprey launch`, so every process sees one consistent job. LoadJobConfig validates
 // everything it reads: an unknown key, a wrong type or an out-of-range value is an
@@ -12,47 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "common/codec/codec_config.h"
-#include "common/config/consistency_config.h"
+#include "common/config/cluster_config.h"
 #include "common/status.h"
-#include "server/optim/optimizer.h"
 #include "worker/data/synthetic.h"
 #include "worker/models/model_factory.h"
 
 namespace osprey::config {
-
-struct ClusterConfig {
-  int num_servers = 2;
-  int num_workers = 2;
-  std::string transport = "tcp";  // tcp | ipc: what servers listen on
-  std::string host = "127.0.0.1";  // address servers bind and advertise
-  // Where the coordinator listens. Port 0: `osprey launch` picks a free one.
-  std::string coordinator = "tcp://127.0.0.1:0";
-  std::string ipc_dir = "/tmp/osprey";
-  int heartbeat_interval_ms = 500;
-  int heartbeat_timeout_ms = 5000;  // a node silent this long is marked dead
-  int startup_timeout_ms = 60000;   // registration must complete within this
-};
-
-// How a sparse row is initialized on first pull: a pure function of (seed, table, key).
-struct InitConfig {
-  std::string type = "uniform";  // uniform (in [-scale, scale]) | normal (stddev scale) | zeros
-  float scale = 0.01f;
-  uint64_t seed = 7;
-};
-
-struct TableConfig {
-  std::string name;
-  std::string type = "sparse";  // sparse | dense
-  int dim = 16;                 // sparse: floats per row
-  uint64_t size = 0;            // dense: floats; 0 = the model's dense parameter count
-  uint64_t chunk_floats = 1 << 19;  // dense: placement chunk (2 MiB of fp32)
-  InitConfig init;
-  server::OptimizerConfig optimizer;
-  ConsistencyConfig consistency;  // merge-then-apply mode and staleness policies
-  codec::CodecConfig codec;       // compression of this table's pushes (default: none)
-  std::string pull_codec = "none";  // sparse: wire type of pulled rows: none (fp32) | fp16 | bf16
-};
 
 struct ModelSection {
   models::ModelConfig model;      // type and DLRM sizes
@@ -110,20 +81,14 @@ struct WorkerSection {
   WorkerCacheConfig cache;
 };
 
-struct JobConfig {
-  std::string file;  // where it was loaded from
-  ClusterConfig cluster;
-  std::vector<TableConfig> tables;
+// The whole job: the parameter-server part (cluster, tables, checkpoint, log level; a JobConfig
+// can be passed wherever a PsConfig is expected) and what only workers and tools read.
+struct JobConfig : PsConfig {
   ModelSection model;
   DataConfig data;
   TrainConfig train;
   ClientSection client;
   WorkerSection worker;
-  CheckpointConfig checkpoint;
-  std::string log_level = "info";
-
-  // Index of the table called `name` or -1.
-  int TableIndex(const std::string& name) const;
 };
 
 // Loads `path`, applies `overrides` ("a.b.c=value"), validates, and resolves derived values

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config/job_config.h"
+#include "job/job_config.h"
 
 namespace osprey::config {
 

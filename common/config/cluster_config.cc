@@ -1,0 +1,33 @@
+#include "common/config/cluster_config.h"
+
+#include "common/config/yaml_fields.h"
+
+namespace osprey::config {
+
+int PsConfig::TableIndex(const std::string& name) const {
+  for (size_t i = 0; i < tables.size(); ++i) {
+    if (tables[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void ParseCluster(YamlFields& f, ClusterConfig* c) {
+  f.Get("servers", &c->num_servers, 1, 4096);
+  f.Get("workers", &c->num_workers, 1, 4096);
+  f.Get("transport", &c->transport, {"tcp", "ipc"});
+  f.Get("host", &c->host);
+  f.Get("coordinator", &c->coordinator);
+  f.Get("ipc_dir", &c->ipc_dir);
+  f.Get("heartbeat_interval_ms", &c->heartbeat_interval_ms, 10, 600000);
+  f.Get("heartbeat_timeout_ms", &c->heartbeat_timeout_ms, 50, 3600000);
+  f.Get("startup_timeout_ms", &c->startup_timeout_ms, 100, 3600000);
+  if (f.ok() && c->heartbeat_timeout_ms <= c->heartbeat_interval_ms) {
+    f.Fail("heartbeat_timeout_ms", "must be larger than heartbeat_interval_ms (" +
+                                       std::to_string(c->heartbeat_interval_ms) + ")");
+  }
+  if (f.ok() && c->coordinator.rfind("tcp://", 0) != 0 && c->coordinator.rfind("ipc://", 0) != 0) {
+    f.Fail("coordinator", "'" + c->coordinator + "' is not a tcp:// or ipc:// endpoint");
+  }
+}
+
+}  // namespace osprey::config

@@ -1,0 +1,46 @@
+// ClusterConfig and PsConfig: the part of a job config that the parameter-server side -- the
+// coordinator and the servers -- reads: the `cluster` section, the tables, the checkpoint
+// settings and the log level. The full job config (model, data, train, client, worker sections
+// and the checks that tie tables to the model) is job/job_config.h, for the worker, tools and
+// mains; a config::JobConfig is a PsConfig, so it can be passed wherever one is expected.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/config/consistency_config.h"
+#include "common/config/table_config.h"
+
+namespace osprey::config {
+
+class YamlFields;
+
+struct ClusterConfig {
+  int num_servers = 2;
+  int num_workers = 2;
+  std::string transport = "tcp";  // tcp | ipc: what servers listen on
+  std::string host = "127.0.0.1";  // address servers bind and advertise
+  // Where the coordinator listens. Port 0: `osprey launch` picks a free one.
+  std::string coordinator = "tcp://127.0.0.1:0";
+  std::string ipc_dir = "/tmp/osprey";
+  int heartbeat_interval_ms = 500;
+  int heartbeat_timeout_ms = 5000;  // a node silent this long is marked dead
+  int startup_timeout_ms = 60000;   // registration must complete within this
+};
+
+struct PsConfig {
+  std::string file;  // where it was loaded from
+  ClusterConfig cluster;
+  std::vector<TableConfig> tables;
+  CheckpointConfig checkpoint;
+  std::string log_level = "info";
+
+  // Index of the table called `name` or -1.
+  int TableIndex(const std::string& name) const;
+};
+
+// Reads the `cluster` section into *c, with its cross-field checks (heartbeat timeout above the
+// interval, a tcp:// or ipc:// coordinator endpoint).
+void ParseCluster(YamlFields& f, ClusterConfig* c);
+
+}  // namespace osprey::config

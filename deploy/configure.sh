@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures Osprey (Release, Ninja) into $BUILD_DIR (default build/). The one place the README's
+# commands take their cmake options from, so every configure of a build dir is the same one and
+# a later configure changes no compile line (deploy/test.sh checks that).
+# Usage: deploy/configure.sh [extra cmake -D options]   (env: BUILD_DIR)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
