@@ -57,9 +57,7 @@ Status GpuTrainer::Init() {
 }
 
 Status GpuTrainer::InitModel() {
-  if (job_.model.model.type != "dlrm") {
-    return InvalidArgument("worker.device: the GPU loop trains model.type dlrm, not '" + job_.model.model.type + "'");
-  }
+  OSPREY_RETURN_IF_ERROR(CheckGpuModel(job_));
   OSPREY_ASSIGN_OR_RETURN(cpu_model_, models::Dlrm::Make(job_.model.model.dlrm));
   OSPREY_RETURN_IF_ERROR(exchange_.Init());
   dim_ = cpu_model_->embedding_dim();
@@ -149,12 +147,8 @@ Status GpuTrainer::InitBuffers() {
 
 Status GpuTrainer::InitData() {
   OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs());
-  reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, job_.worker.data_threads,
-                                          job_.worker.data_pool_batches);
-  if (job_.worker.data_pool_batches > 0) {  // made before training starts, outside its time (synthetic
-                                            // data only: the config loader checks)
-    OSPREY_RETURN_IF_ERROR(reader_->Start());
-  }
+  reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
+  if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
   std::vector<float> init(num_params_);
   cpu_model_->InitDense(job_.model.seed, init.data());
   return exchange_.InitDense(init.data());
@@ -180,7 +174,7 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   OSPREY_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   auto start = Clock::now();
   const int64_t steps = job_.train.steps;
-  if (job_.worker.data_pool_batches == 0) OSPREY_RETURN_IF_ERROR(reader_->Start());
+  if (opt_.reader.pool == 0) OSPREY_RETURN_IF_ERROR(reader_->Start());
   const bool prefetch = job_.worker.prefetch;
   if (prefetch) StartPrefetch(steps);
   Status status;

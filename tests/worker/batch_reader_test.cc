@@ -43,7 +43,7 @@ void ExpectSameBatch(const data::Batch& got, const data::Batch& want, int64_t t)
 TEST(BatchReaderTest, StepTIsSamplesTBToTPlusOneBForAnyThreadCount) {
   const config::JobConfig job = Job();
   for (int threads : {1, 3}) {
-    BatchReader reader(job, /*rank=*/2, /*num_workers=*/4, threads, /*pool=*/0);
+    BatchReader reader(job, /*rank=*/2, /*num_workers=*/4, BatchReaderOptions{true, threads, 0});
     ASSERT_TRUE(reader.Start().ok());
     data::Batch scratch;
     for (int64_t t = 0; t < 12; ++t) {
@@ -57,7 +57,7 @@ TEST(BatchReaderTest, StepTIsSamplesTBToTPlusOneBForAnyThreadCount) {
 
 TEST(BatchReaderTest, PoolServesBatchTModuloItsSizeWithoutCopies) {
   const config::JobConfig job = Job();
-  BatchReader reader(job, 0, 1, /*threads=*/2, /*pool=*/3);
+  BatchReader reader(job, 0, 1, BatchReaderOptions{true, /*threads=*/2, /*pool=*/3});
   ASSERT_TRUE(reader.Start().ok());  // makes the pool before returning
   data::Batch scratch;
   const data::Batch* first = nullptr;
@@ -78,7 +78,7 @@ TEST(BatchReaderTest, StopEndsAWaitingTakeWithAborted) {
   config::JobConfig job = Job();
   job.data.synthetic.cardinalities = {};  // the generator cannot be made: no batch ever arrives
   job.data.synthetic.num_dense = -1;
-  BatchReader reader(job, 0, 1, 1, 0);
+  BatchReader reader(job, 0, 1, BatchReaderOptions{true, 1, 0});
   ASSERT_TRUE(reader.Start().ok());
   data::Batch scratch;
   const data::Batch* batch = nullptr;
@@ -94,7 +94,7 @@ TEST(BatchReaderTest, StopEndsAWaitingTakeWithAborted) {
 TEST(BatchReaderTest, ABadGeneratorFailsThePoolInStart) {
   config::JobConfig job = Job();
   job.data.synthetic.num_dense = -1;
-  BatchReader reader(job, 0, 1, 2, 4);
+  BatchReader reader(job, 0, 1, BatchReaderOptions{true, 2, 4});
   EXPECT_FALSE(reader.Start().ok());
 }
 

@@ -197,6 +197,31 @@ TEST(GpuOptionsTest, MissingModelTableIsAnError) {
   EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(GpuOptionsTest, SyntheticDataHasItsGeneratorsAndPoolOtherSourcesOneReader) {
+  config::JobConfig job = Job();
+  job.worker.data_threads = 5;
+  job.worker.data_pool_batches = 64;
+  GpuOptions o = Resolve(job);
+  EXPECT_TRUE(o.reader.synthetic);
+  EXPECT_EQ(o.reader.threads, 5);
+  EXPECT_EQ(o.reader.pool, 64);
+  job.data.source = "criteo";
+  o = Resolve(job);
+  EXPECT_FALSE(o.reader.synthetic);
+  EXPECT_EQ(o.reader.threads, 1);
+  EXPECT_EQ(o.reader.pool, 0);
+}
+
+TEST(GpuOptionsTest, OnlyDlrmTrainsOnTheGpu) {
+  config::JobConfig job = Job();
+  job.model.model.type = "dlrm";
+  EXPECT_TRUE(CheckGpuModel(job).ok());
+  job.model.model.type = "logistic";
+  Status s = CheckGpuModel(job);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("trains model.type dlrm, not 'logistic'"), std::string::npos) << s.ToString();
+}
+
 TEST(GpuOptionsTest, CacheFitsInNinetyPercentOfTheFreeMemory) {
   const size_t free_bytes = size_t{1} << 30;  // 1 GiB; rows of 16 floats are 64 B
   const uint64_t fits = static_cast<uint64_t>(0.9 * free_bytes / 64);

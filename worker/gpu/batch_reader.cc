@@ -8,10 +8,10 @@
 
 namespace osprey::worker::gpu {
 
-BatchReader::BatchReader(const config::JobConfig& job, int rank, int num_workers, int threads, int pool)
-    : job_(job), rank_(rank), num_workers_(num_workers),
-      threads_(job.data.source == "synthetic" ? threads : 1), slots_(2 * threads_),
-      pool_(job.data.source == "synthetic" ? static_cast<size_t>(pool) : 0) {}
+BatchReader::BatchReader(const config::JobConfig& job, int rank, int num_workers, const BatchReaderOptions& options)
+    : job_(job), rank_(rank), num_workers_(num_workers), synthetic_(options.synthetic),
+      threads_(options.synthetic ? options.threads : 1), slots_(2 * threads_),
+      pool_(options.synthetic ? static_cast<size_t>(options.pool) : 0) {}
 
 BatchReader::~BatchReader() { Stop(); }
 
@@ -82,7 +82,7 @@ void BatchReader::Produce(int j) {
   std::unique_ptr<data::SyntheticGenerator> gen;
   std::unique_ptr<DataSource> source;
   Status status;
-  if (job_.data.source == "synthetic") {
+  if (synthetic_) {
     auto g = data::SyntheticGenerator::Make(job_.data.synthetic, static_cast<uint64_t>(rank_));
     if (g.ok()) gen = std::move(*g); else status = g.status();
   } else {

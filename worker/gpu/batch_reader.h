@@ -1,10 +1,10 @@
 // BatchReader: the training batches of the GPU loop (worker/gpu_trainer.h), made ahead of time
 // by threads of their own, taken by the planner in step order 0, 1, 2, ...
 //
-// Synthetic data: `threads` generators of the worker's stream, generator j making steps j,
+// Synthetic data: options.threads generators of the worker's stream, generator j making steps j,
 // j + threads, ... (batch t is samples [t*B, (t+1)*B), as in the CPU loop), each at most
 // 2 x threads steps ahead of the taker. Other sources: one thread over the DataSource, in order.
-// With a pool (synthetic data, pool > 0 batches) the generators make batches 0 .. pool-1 once, in
+// With a pool (synthetic data, options.pool > 0 batches) the generators make batches 0 .. pool-1 once, in
 // Start, and step t gets batch t % pool.
 //
 // Ownership: the reader borrows `job` (it must outlive the reader) and owns its threads and
@@ -25,11 +25,16 @@
 
 namespace osprey::worker::gpu {
 
+// How the reader makes batches (ResolveGpuOptions fills it from the job).
+struct BatchReaderOptions {
+  bool synthetic = true;  // the planted-model generator; false: MakeDataSource (data.source)
+  int threads = 1;        // generators; 1 for other sources
+  int pool = 0;           // batches made once and reused; 0: none (synthetic data only)
+};
+
 class BatchReader {
  public:
-  // `threads` generators (1 for non-synthetic sources), `pool` batches to reuse (0: none; only
-  // for synthetic data).
-  BatchReader(const config::JobConfig& job, int rank, int num_workers, int threads, int pool);
+  BatchReader(const config::JobConfig& job, int rank, int num_workers, const BatchReaderOptions& options);
   ~BatchReader();  // Stop()
   BatchReader(const BatchReader&) = delete;
   BatchReader& operator=(const BatchReader&) = delete;
@@ -59,7 +64,9 @@ class BatchReader {
   bool Deliver(int64_t t, const Status& status, data::Batch* batch) EXCLUDES(mu_);
 
   const config::JobConfig& job_;
-  const int rank_, num_workers_, threads_;
+  const int rank_, num_workers_;
+  const bool synthetic_;
+  const int threads_;
   Mutex mu_;
   CondVar cv_;
   std::vector<Slot> slots_ GUARDED_BY(mu_);  // 2 x threads_, batch t in slot t % size

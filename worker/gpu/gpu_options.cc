@@ -49,6 +49,11 @@ Status ResolveCache(const config::JobConfig& job, const config::TableConfig& spa
 
 }  // namespace
 
+Status CheckGpuModel(const config::JobConfig& job) {
+  if (job.model.model.type == "dlrm") return Status::OK();
+  return InvalidArgument("worker.device: the GPU loop trains model.type dlrm, not '" + job.model.model.type + "'");
+}
+
 StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuModelShape& shape) {
   const int sparse_index = job.TableIndex(job.model.sparse_table);
   const int dense_index = job.TableIndex(job.model.dense_table);
@@ -72,6 +77,9 @@ StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuMo
   const size_t chunks_per_bucket =
       std::max<size_t>(1, job.worker.dense_bucket_bytes / (o.chunk_floats * sizeof(float)));
   o.bucket_floats = chunks_per_bucket * o.chunk_floats;
+  o.reader.synthetic = job.data.source == "synthetic";
+  o.reader.threads = o.reader.synthetic ? job.worker.data_threads : 1;
+  o.reader.pool = o.reader.synthetic ? job.worker.data_pool_batches : 0;
   return o;
 }
 

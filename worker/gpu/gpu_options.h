@@ -2,7 +2,8 @@
 // touches a device -- the hot-row cache's size and staleness bound, the pipeline's depth, the
 // dense gradient buckets. ResolveGpuOptions is a pure function (config and model shape in,
 // options out), so every rule below has a CPU test (tests/worker/gpu_options_test.cc), and it is
-// the one place the GPU loop reads mode strings of the config.
+// the one place the GPU loop reads the config's mode strings (consistency modes, data source,
+// model type).
 //
 // The rules:
 //   pipeline   pull_threads = min(worker.pull_threads, kMaxPullers); ring = 2 + pull_threads steps
@@ -18,6 +19,8 @@
 //              sparse table's: bsp 0, ssp its consistency.staleness_bound, async 4.
 //   pulls      gate_pulls: in bsp/ssp (either table) a step's pulls wait until the previous
 //              step's pushes are sent.
+//   reader     synthetic data: worker.data_threads generators and a pool of
+//              worker.data_pool_batches; other sources: one reader thread, no pool.
 //   buckets    dense_bucket_bytes rounded down to whole chunks of the dense table (at least one
 //              chunk); a dense table without chunks (chunk_floats 0) is one chunk.
 //
@@ -31,6 +34,7 @@
 #include "common/config/job_config.h"
 #include "common/status.h"
 #include "worker/cache/row_cache.h"
+#include "worker/gpu/batch_reader.h"
 
 namespace osprey::worker::gpu {
 
@@ -59,7 +63,11 @@ struct GpuOptions {
   bool gate_pulls = false;  // bsp/ssp
   size_t chunk_floats = 0;  // the dense table's chunk (num_dense_params when it has none)
   size_t bucket_floats = 0; // a dense gradient bucket: whole chunks
+  BatchReaderOptions reader;
 };
+
+// OK when the GPU loop can train job's model (model.type dlrm), else InvalidArgument naming it.
+Status CheckGpuModel(const config::JobConfig& job);
 
 // The options of job's GPU loop. Errors (InvalidArgument unless said): the job has no sparse or
 // dense table named by model.sparse_table / model.dense_table; capacity_fraction with a data
