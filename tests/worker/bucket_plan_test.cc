@@ -65,7 +65,9 @@ TEST(BucketPlanTest, WithoutAHostGroupThisWorkerCopiesEverythingAndPushesEachSer
     for (const OwnedRange& r : b.own) {
       for (size_t f = r.first; f < r.first + r.count; ++f) copied[f]++;
     }
-    for (size_t f = b.begin; f < b.end; f += 1024) last_bucket[ServerForChunk(1, f / 1024, servers)] = static_cast<int>(i);
+    for (size_t f = b.begin; f < b.end; f += 1024) {
+      last_bucket[ServerForChunk(1, f / 1024, servers)] = static_cast<int>(i);
+    }
     ASSERT_EQ(b.push_servers.size(), static_cast<size_t>(servers));
     bool any = false;
     for (int s = 0; s < servers; ++s) {

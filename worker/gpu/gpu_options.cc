@@ -87,7 +87,8 @@ Status CheckCacheFits(uint64_t capacity_rows, int dim, size_t free_bytes, const 
   const double cache_bytes = static_cast<double>(capacity_rows) * dim * sizeof(float);
   if (cache_bytes <= 0.9 * static_cast<double>(free_bytes)) return Status::OK();
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "worker.cache: %llu rows x %d floats = %.2f GiB do not fit in the %.2f GiB free on %s",
+  std::snprintf(buf, sizeof(buf),
+                "worker.cache: %llu rows x %d floats = %.2f GiB do not fit in the %.2f GiB free on %s",
                 static_cast<unsigned long long>(capacity_rows), dim, cache_bytes / (1 << 30),
                 static_cast<double>(free_bytes) / (1 << 30), device_name.c_str());
   return ResourceExhausted(buf);
