@@ -9,7 +9,7 @@
 // the calls are borrowed for the call: the client copies keys and gradients into its frames
 // before a push returns, and a pull writes its output before PullStep returns.
 //
-// Thread-safety: PullStep, PullForEval and the accessors from any thread (the Client is
+// Thread-safety: PullStep, the *ForEval pulls and the accessors from any thread (the Client is
 // thread-safe); the push calls (PushRows, PushDense, EndStep, WaitPushes) from one thread at a
 // time -- the pusher, or the main thread once the pusher is joined or without prefetch.
 #pragma once
