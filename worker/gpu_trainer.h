@@ -8,7 +8,8 @@
 //          (logged as a warning). Other GPU errors (out of memory, a cache that does not fit)
 //          are errors, not fallbacks.
 //
-// The GPU loop (worker/gpu_trainer.cc) computes DLRM steps on one CUDA device (GpuDlrm) with the
+// The GPU loop (worker/gpu_trainer.cc and worker/gpu/, whose parts gpu/gpu_trainer_impl.h lists)
+// computes DLRM steps on one CUDA device (GpuDlrm) with the
 // same data, parameters and wire traffic as the CPU Trainer. Step t is prepared by a prefetch
 // thread while step t-1 computes (worker.prefetch; off: inline, same results):
 //   read      batch t from reader threads that generate synthetic batches ahead
@@ -43,9 +44,9 @@
 // cache planning still overlap the compute. In async the pulls go out at once.
 //
 // The cache: worker.cache.capacity_rows (or capacity_fraction of the key space) rows; 0 and 0
-// means no reuse: staleness bound 0 and room for two steps, so every step re-pulls every row it
-// uses, exactly like the CPU loop. staleness_bound -1 takes the sparse table's: bsp 0, ssp its
-// staleness_bound, async 4. A row's "version" is the step it was pulled for, so the lag is
+// means no reuse: staleness bound 0 and room for the steps in flight, so every step re-pulls every
+// row it uses, exactly like the CPU loop. staleness_bound -1 takes the sparse table's: bsp 0, ssp
+// its staleness_bound, async 4 (worker/gpu/gpu_options.h states every such rule). A row's "version" is the step it was pulled for, so the lag is
 // counted in this worker's steps (in bsp that is exactly the number of server windows; in
 // ssp/async it is the worker's own view). Pushes carry the client's table version at the time
 // the step's misses were pulled.
@@ -65,6 +66,10 @@
 // So each dense chunk crosses the network once per host in each direction. The comm thread is
 // the only one calling NCCL, in the same order on every rank: step t's broadcast, then step t's
 // reduces bucket by bucket. Sparse rows are pulled and pushed by every worker for its own batch.
+//
+// The threads hand steps to each other through a StageBoard (worker/gpu/stage_board.h): "step t
+// reached stage X" (planned, pulled, ready, gathered, pushed), the gradient stages of a step in
+// the order backward finished them, and the first failure, which ends every thread's wait.
 //
 // Thread-safety: as TrainLoop.
 #pragma once

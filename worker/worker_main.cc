@@ -24,28 +24,15 @@
 
 namespace {
 
-int Fail(const osprey::Status& s, const char* what) {
+using namespace osprey;
+
+int Fail(const Status& s, const char* what) {
   OSPREY_LOG_ERROR("{}: {}", what, s.ToString());
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace osprey;
-  CLI::App app{"osprey-worker: trains an Osprey job's model through the parameter servers"};
-  config::NodeFlags flags;
-  config::AddNodeFlags(&app, &flags);
-  config::JobConfig loaded;
-  if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-worker", &loaded); rc >= 0) return rc;
-  config::JobConfig* job = &loaded;
-  TuneMallocForLargeMessages();
-  (void)InitLogging(job->log_level, "worker");
-
-  auto ctransport = MakeTransport(TransportOptions{});
-  if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
-  auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
-  if (!coord.ok()) return Fail(coord.status(), "coordinator");
+// Registers this process as a worker; the reply carries the rank and the shard map.
+StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_WORKER);
   char hostname[256] = "localhost";
@@ -53,40 +40,32 @@ int main(int argc, char** argv) {
   req.set_host(hostname);
   req.set_pid(getpid());
   req.set_requested_rank(-1);
-  auto reg = (*coord)->Register(req, job->cluster.startup_timeout_ms);
-  if (!reg.ok()) return Fail(reg.status(), "register");
-  const int rank = reg->rank();
-  const int num_workers = reg->num_workers();
+  return coord->Register(req, job.cluster.startup_timeout_ms);
+}
 
-  worker::ClientOptions copts;
-  copts.worker_rank = rank;
-  copts.timeout_ms = job->client.timeout_ms;
-  copts.max_inflight = job->client.max_inflight;
-  auto dtransport = MakeTransport(TransportOptions{});
-  if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
-  worker::Client client(copts, std::move(*dtransport), reg->shard_map());
-  Status s = client.Start();
-  if (!s.ok()) return Fail(s, "client");
-
+// This worker's place among the workers of its host, and the NCCL id exchange through `coord`.
+worker::HostGroup MakeHostGroup(const proto::RegisterReply& reg, coordinator::CoordinatorClient* coord,
+                                const config::JobConfig& job) {
   worker::HostGroup host;
-  host.local_rank = reg->local_rank();
-  host.local_size = std::max(1, reg->local_size());
-  coordinator::CoordinatorClient* coord_client = coord->get();
-  const int exchange_timeout_ms = job->cluster.startup_timeout_ms;
-  host.exchange_id = [coord_client, rank, exchange_timeout_ms](const std::string& id) -> StatusOr<std::string> {
-    OSPREY_ASSIGN_OR_RETURN(proto::HostGroupReply r, coord_client->HostGroup(rank, id, exchange_timeout_ms));
+  host.local_rank = reg.local_rank();
+  host.local_size = std::max(1, reg.local_size());
+  const int rank = reg.rank();
+  const int exchange_timeout_ms = job.cluster.startup_timeout_ms;
+  host.exchange_id = [coord, rank, exchange_timeout_ms](const std::string& id) -> StatusOr<std::string> {
+    OSPREY_ASSIGN_OR_RETURN(proto::HostGroupReply r, coord->HostGroup(rank, id, exchange_timeout_ms));
     return r.nccl_id();
   };
-  auto made = worker::MakeTrainLoop(*job, rank, num_workers, &client, host);
-  if (!made.ok()) {
-    OSPREY_LOG_ERROR("worker {}: {}", rank, made.status().ToString());
-    return 2;
-  }
-  std::unique_ptr<worker::TrainLoop> trainer = std::move(*made);
+  return host;
+}
+
+// Heartbeats carry the trainer's progress; a job shutting down on a failure, or a lost
+// coordinator, stops the client, which fails every outstanding request so training stops now.
+Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobConfig& job, int rank,
+                       worker::TrainLoop* trainer, worker::Client* client, std::atomic<bool>* aborted) {
   coordinator::HeartbeatOptions hb;
-  hb.interval_ms = job->cluster.heartbeat_interval_ms;
-  hb.timeout_ms = job->cluster.heartbeat_timeout_ms;
-  hb.fill = [&trainer, rank] {
+  hb.interval_ms = job.cluster.heartbeat_interval_ms;
+  hb.timeout_ms = job.cluster.heartbeat_timeout_ms;
+  hb.fill = [trainer, rank] {
     worker::Progress p = trainer->progress();
     proto::Heartbeat h;
     h.set_role(proto::ROLE_WORKER);
@@ -96,54 +75,33 @@ int main(int argc, char** argv) {
     h.set_samples(p.samples);
     return h;
   };
-  std::atomic<bool> aborted{false};
-  hb.on_state = [&](const proto::ClusterState& st) {
-    if (st.shutting_down() && !st.failure().empty() && !aborted.exchange(true)) {
+  hb.on_state = [client, aborted](const proto::ClusterState& st) {
+    if (st.shutting_down() && !st.failure().empty() && !aborted->exchange(true)) {
       OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
-      client.Stop();  // fails every outstanding request so training stops now
+      client->Stop();
     }
   };
-  hb.on_lost = [&](const Status& why) {
+  hb.on_lost = [client, aborted](const Status& why) {
     OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
-    if (!aborted.exchange(true)) client.Stop();
+    if (!aborted->exchange(true)) client->Stop();
   };
-  s = (*coord)->StartHeartbeats(hb);
-  if (!s.ok()) return Fail(s, "heartbeats");
+  return coord->StartHeartbeats(hb);
+}
 
-  OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job->train.steps,
-                  job->train.batch_size);
-  s = trainer->Init();
-  if (!s.ok()) return Fail(s, "init");
-  s = trainer->Run([rank](const worker::Progress& p) {
-    OSPREY_LOG_DEBUG("worker {} step {} loss {:.4f}", rank, p.step, p.loss);
-  });
-  if (!s.ok()) return Fail(s, "training");
-  worker::Progress p = trainer->progress();
-  OSPREY_LOG_INFO("worker {} trained {} steps ({} samples) in {:.1f} s, loss {:.4f}", rank, p.step,
-                  p.samples, trainer->train_seconds(), p.loss);
+// Rank 0's held-out evaluation into *report (when the job asks for one).
+Status Evaluate(worker::TrainLoop* trainer, const config::JobConfig& job, int rank, proto::WorkerReport* report) {
+  if (rank != 0 || job.train.eval_samples <= 0) return Status::OK();
+  OSPREY_ASSIGN_OR_RETURN(worker::EvalResult eval, trainer->Evaluate());
+  report->set_auc(eval.auc);
+  report->set_logloss(eval.logloss);
+  report->set_oracle_auc(eval.oracle_auc);
+  report->set_eval_samples(eval.samples);
+  OSPREY_LOG_INFO("held-out: AUC {:.4f} (oracle {:.4f}), logloss {:.4f} on {} samples", eval.auc, eval.oracle_auc,
+                  eval.logloss, eval.samples);
+  return Status::OK();
+}
 
-  s = (*coord)->Barrier("train-done", proto::ROLE_WORKER, rank, job->cluster.startup_timeout_ms * 10);
-  if (!s.ok()) return Fail(s, "barrier");
-  proto::WorkerReport report;
-  report.set_rank(rank);
-  report.set_steps(p.step);
-  report.set_samples(p.samples);
-  report.set_train_seconds(trainer->train_seconds());
-  report.set_final_loss(p.loss);
-  if (rank == 0 && job->train.eval_samples > 0) {
-    auto eval = trainer->Evaluate();
-    if (!eval.ok()) return Fail(eval.status(), "evaluation");
-    report.set_auc(eval->auc);
-    report.set_logloss(eval->logloss);
-    report.set_oracle_auc(eval->oracle_auc);
-    report.set_eval_samples(eval->samples);
-    OSPREY_LOG_INFO("held-out: AUC {:.4f} (oracle {:.4f}), logloss {:.4f} on {} samples",
-                    eval->auc, eval->oracle_auc, eval->logloss, eval->samples);
-  }
-  worker::ClientStats cs = client.stats();
-  report.set_bytes_pushed(cs.bytes_pushed);
-  report.set_bytes_pulled(cs.bytes_pulled);
-  trainer->FillReport(&report);
+void LogReport(const proto::WorkerReport& report, int rank, const worker::ClientStats& cs) {
   OSPREY_LOG_INFO("worker {} on {} pushed {} B, pulled {} B; dense compression: {} -> {} B in {} "
                   "messages, encode {:.1f} ms",
                   rank, report.device(), cs.bytes_pushed, cs.bytes_pulled,
@@ -164,8 +122,84 @@ int main(int argc, char** argv) {
     }
     OSPREY_LOG_INFO("worker {} dense push density by step: {}", rank, points);
   }
-  s = (*coord)->Report(report, job->client.timeout_ms);
+}
+
+// Init, train, the train-done barrier, evaluation and the report; returns the exit code.
+int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* coord, worker::Client* client,
+                   const config::JobConfig& job, int rank, int num_workers) {
+  OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job.train.steps,
+                  job.train.batch_size);
+  Status s = trainer->Init();
+  if (!s.ok()) return Fail(s, "init");
+  s = trainer->Run([rank](const worker::Progress& p) {
+    OSPREY_LOG_DEBUG("worker {} step {} loss {:.4f}", rank, p.step, p.loss);
+  });
+  if (!s.ok()) return Fail(s, "training");
+  worker::Progress p = trainer->progress();
+  OSPREY_LOG_INFO("worker {} trained {} steps ({} samples) in {:.1f} s, loss {:.4f}", rank, p.step,
+                  p.samples, trainer->train_seconds(), p.loss);
+
+  s = coord->Barrier("train-done", proto::ROLE_WORKER, rank, job.cluster.startup_timeout_ms * 10);
+  if (!s.ok()) return Fail(s, "barrier");
+  proto::WorkerReport report;
+  report.set_rank(rank);
+  report.set_steps(p.step);
+  report.set_samples(p.samples);
+  report.set_train_seconds(trainer->train_seconds());
+  report.set_final_loss(p.loss);
+  s = Evaluate(trainer, job, rank, &report);
+  if (!s.ok()) return Fail(s, "evaluation");
+  worker::ClientStats cs = client->stats();
+  report.set_bytes_pushed(cs.bytes_pushed);
+  report.set_bytes_pulled(cs.bytes_pulled);
+  trainer->FillReport(&report);
+  LogReport(report, rank, cs);
+  s = coord->Report(report, job.client.timeout_ms);
   if (!s.ok()) return Fail(s, "report");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"osprey-worker: trains an Osprey job's model through the parameter servers"};
+  config::NodeFlags flags;
+  config::AddNodeFlags(&app, &flags);
+  config::JobConfig loaded;
+  if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-worker", &loaded); rc >= 0) return rc;
+  const config::JobConfig& job = loaded;
+  TuneMallocForLargeMessages();
+  (void)InitLogging(job.log_level, "worker");
+
+  auto ctransport = MakeTransport(TransportOptions{});
+  if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
+  auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job.cluster.coordinator);
+  if (!coord.ok()) return Fail(coord.status(), "coordinator");
+  auto reg = Register(coord->get(), job);
+  if (!reg.ok()) return Fail(reg.status(), "register");
+  const int rank = reg->rank();
+  const int num_workers = reg->num_workers();
+
+  worker::ClientOptions copts;
+  copts.worker_rank = rank;
+  copts.timeout_ms = job.client.timeout_ms;
+  copts.max_inflight = job.client.max_inflight;
+  auto dtransport = MakeTransport(TransportOptions{});
+  if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
+  worker::Client client(copts, std::move(*dtransport), reg->shard_map());
+  Status s = client.Start();
+  if (!s.ok()) return Fail(s, "client");
+
+  auto made = worker::MakeTrainLoop(job, rank, num_workers, &client, MakeHostGroup(*reg, coord->get(), job));
+  if (!made.ok()) {
+    OSPREY_LOG_ERROR("worker {}: {}", rank, made.status().ToString());
+    return 2;
+  }
+  std::unique_ptr<worker::TrainLoop> trainer = std::move(*made);
+  std::atomic<bool> aborted{false};
+  s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &client, &aborted);
+  if (!s.ok()) return Fail(s, "heartbeats");
+  if (int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers); rc != 0) return rc;
   (*coord)->Stop();
   client.Stop();
   return 0;

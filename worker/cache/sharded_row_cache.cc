@@ -42,10 +42,10 @@ void ShardedRowCache::Barrier::Wait() {
   if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == parties_.load(std::memory_order_acquire)) {
     arrived_.store(0, std::memory_order_relaxed);  // published by the generation's release
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       generation_.store(generation + 1, std::memory_order_release);
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     return;
   }
   for (int i = 0; i < kSpins; ++i) {
@@ -53,8 +53,8 @@ void ShardedRowCache::Barrier::Wait() {
     CpuRelax();
     if (i % 64 == 63) std::this_thread::yield();
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != generation; });
+  MutexLock lock(&mu_);
+  cv_.Wait(&lock, [&] { return generation_.load(std::memory_order_acquire) != generation; });
 }
 
 StatusOr<std::unique_ptr<ShardedRowCache>> ShardedRowCache::Make(const RowCacheOptions& options, int shards,

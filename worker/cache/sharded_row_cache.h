@@ -43,18 +43,20 @@
 // plans 1.5-2.0x as fast as RowCache; P above the core count only adds barrier waits.
 //
 // Threads: the P - 1 workers sleep (after a short spin) between Plans, and are joined by the
-// destructor. Thread-safety of the object: as RowCache -- one caller thread at a time.
+// destructor. Thread-safety of the object: as RowCache -- one caller thread at a time. Inside a
+// Plan no field is guarded by a lock: the barriers order the phases, and within a phase each
+// thread writes only its own input part and its own shard (see the phases below), so there is
+// nothing for GUARDED_BY to name.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "worker/cache/row_cache.h"
 
@@ -114,9 +116,12 @@ class ShardedRowCache {
    private:
     std::atomic<int> parties_;
     std::atomic<int> arrived_{0};
-    std::atomic<uint64_t> generation_{0};  // stored only under mu_, so a sleeper cannot miss it
-    std::mutex mu_;
-    std::condition_variable cv_;
+    // Stored only with mu_ held, so a sleeper (which checks it under mu_) cannot miss it; read
+    // without the lock by the spinning waiters, hence atomic and not GUARDED_BY.
+    std::atomic<uint64_t> generation_{0};
+    // Guards no field: only the sleep on cv_ and the store that ends it.
+    Mutex mu_;
+    CondVar cv_;
   };
 
   ShardedRowCache(const RowCacheOptions& options, int shards, size_t min_parallel_keys);

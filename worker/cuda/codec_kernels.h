@@ -29,7 +29,7 @@ namespace osprey::cuda {
 // Number of visible CUDA devices; 0 when there is none or no driver (never an error).
 int DeviceCount();
 
-// Owning device allocation (cudaMalloc / cudaFree). Move-only.
+// Owning device allocation (cudaMalloc / cudaFree). Move-only. Allocate(0) holds nothing (data() null).
 class DeviceBuffer {
  public:
   // Errors: ResourceExhausted when the device is out of memory, Internal for other CUDA errors.
@@ -41,6 +41,32 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Owning page-locked host allocation (cudaMallocHost / cudaFreeHost): the source or target of
+// asynchronous copies. Move-only. Allocate(0) holds nothing (data() null).
+class PinnedBuffer {
+ public:
+  // Errors: ResourceExhausted when no pinned memory is left, Internal for other CUDA errors.
+  static StatusOr<PinnedBuffer> Allocate(size_t bytes);
+
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
 
   void* data() const { return data_; }
   size_t size() const { return size_; }

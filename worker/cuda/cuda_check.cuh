@@ -1,4 +1,6 @@
-// Private to worker/cuda: turns CUDA runtime errors into Status with file:line.
+// Turns CUDA runtime errors into Status with file:line. For worker/cuda and the host code of the GPU
+// loop (worker/gpu_trainer.cc, worker/gpu/); headers that code outside them includes must not
+// include this one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,7 +11,10 @@
 
 namespace osprey::cuda {
 
+// Also clears the runtime's last error (a failed call records it), so a later
+// OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED does not blame this failure on another launch.
 inline Status CudaStatus(cudaError_t err, const char* expr, const char* file, int line) {
+  (void)cudaGetLastError();
   const std::string where = std::string(file) + ":" + std::to_string(line) + ": " + expr + ": ";
   const std::string what = std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ")";
   if (err == cudaErrorMemoryAllocation) return ResourceExhausted(where + what);

@@ -1,4 +1,4 @@
-// Device memory owners: DeviceBuffer, SelectWorkspace, CountReader.
+// Memory owners: DeviceBuffer, PinnedBuffer, SelectWorkspace, CountReader.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "worker/cuda/select_device.cuh"
@@ -41,6 +41,34 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_) cudaFree(data_);  // errors here have nobody to report to
+}
+
+StatusOr<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
+  PinnedBuffer b;
+  if (bytes == 0) return std::move(b);
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMallocHost(&b.data_, bytes));
+  b.size_ = bytes;
+  return std::move(b);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept : data_(other.data_), size_(other.size_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_) cudaFreeHost(data_);
+    data_ = other.data_;
+    size_ = other.size_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_) cudaFreeHost(data_);  // errors here have nobody to report to
 }
 
 size_t RecommendedCandidateCapacity(size_t n, uint64_t k_hi) {

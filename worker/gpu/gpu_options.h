@@ -1,0 +1,82 @@
+// GpuOptions: what the GPU loop (worker/gpu_trainer.h) derives from the job config before it
+// touches a device -- the hot-row cache's size and staleness bound, the pipeline's depth, the
+// dense gradient buckets. ResolveGpuOptions is a pure function (config and model shape in,
+// options out), so every rule below has a CPU test (tests/worker/gpu_options_test.cc), and it is
+// the one place the GPU loop reads the config's mode strings (consistency modes, data source,
+// model type).
+//
+// The rules:
+//   pipeline   pull_threads = min(worker.pull_threads, kMaxPullers); ring = 2 + pull_threads steps
+//              in flight (the planner on t + ring - 1, the pullers on t+1 .. t+pull_threads, the
+//              main thread on t), which is also the cache's pinned_steps.
+//   cache      capacity_rows: worker.cache.capacity_rows when > 0, else capacity_fraction x the
+//              key space (the sum of the synthetic cardinalities; at least 1 row; other data
+//              sources have no known key space: InvalidArgument), else no reuse: room for the
+//              ring's steps (ring x max_ids), plus a quarter when plan_threads > 1 shards hold at
+//              least 4096 keys per step (the uneven spread of keys over the shards), otherwise
+//              one plan thread; and staleness bound 0.
+//              staleness_bound (with a cache): worker.cache.staleness_bound when >= 0, else the
+//              sparse table's: bsp 0, ssp its consistency.staleness_bound, async 4.
+//   pulls      gate_pulls: in bsp/ssp (either table) a step's pulls wait until the previous
+//              step's pushes are sent.
+//   reader     synthetic data: worker.data_threads generators and a pool of
+//              worker.data_pool_batches; other sources: one reader thread, no pool.
+//   buckets    dense_bucket_bytes rounded down to whole chunks of the dense table (at least one
+//              chunk); a dense table without chunks (chunk_floats 0) is one chunk.
+//
+// Thread-safety: pure functions; GpuOptions is a value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "job/job_config.h"
+#include "common/status.h"
+#include "worker/cache/row_cache.h"
+#include "worker/gpu/batch_reader.h"
+
+namespace osprey::worker::gpu {
+
+// Pull stages run on worker.pull_threads threads, at most this many.
+constexpr int kMaxPullers = 8;
+// Steps in flight at most (2 + kMaxPullers).
+constexpr int kMaxRing = 2 + kMaxPullers;
+// Steps whose pushes may be unacknowledged while the next step pushes.
+constexpr int64_t kPushWindow = 2;
+
+// What the model and the shard map say, which the config alone does not.
+struct GpuModelShape {
+  int num_sparse_features = 0;
+  size_t num_dense_params = 0;   // the model's dense parameters
+  uint64_t dense_table_floats = 0;  // the dense table's size in the shard map (must equal the above)
+  uint64_t dense_chunk_floats = 0;  // the dense table's chunk in the shard map; 0: one chunk
+};
+
+struct GpuOptions {
+  int max_batch = 0;        // train.batch_size
+  size_t max_ids = 0;       // max_batch x sparse features: ids of a step
+  int pull_threads = 2;
+  int ring = 4;             // steps in flight: 2 + pull_threads
+  RowCacheOptions cache;    // capacity_rows, staleness_bound; pinned_steps = ring
+  int plan_threads = 1;     // shards of the cache index
+  bool gate_pulls = false;  // bsp/ssp
+  size_t chunk_floats = 0;  // the dense table's chunk (num_dense_params when it has none)
+  size_t bucket_floats = 0; // a dense gradient bucket: whole chunks
+  BatchReaderOptions reader;
+};
+
+// OK when the GPU loop can train job's model (model.type dlrm), else InvalidArgument naming it.
+Status CheckGpuModel(const config::JobConfig& job);
+
+// The options of job's GPU loop. Errors (InvalidArgument unless said): the job has no sparse or
+// dense table named by model.sparse_table / model.dense_table; capacity_fraction with a data
+// source whose key space is unknown; Internal when the dense table's size in the shard map is not
+// the model's parameter count.
+StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuModelShape& shape);
+
+// OK when a cache of capacity_rows x dim floats fits in 90% of free_bytes; otherwise
+// ResourceExhausted "worker.cache: R rows x D floats = X GiB do not fit in the Y GiB free on DEVICE".
+Status CheckCacheFits(uint64_t capacity_rows, int dim, size_t free_bytes, const std::string& device_name);
+
+}  // namespace osprey::worker::gpu

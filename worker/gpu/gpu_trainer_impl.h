@@ -1,0 +1,154 @@
+// GpuTrainer: the GPU loop's orchestrator (worker/gpu_trainer.h says what the loop does). Private
+// to the loop: MakeGpuTrainer (worker/gpu_trainer.cc) makes it. Its parts:
+//   gpu_options.h     what the config asks for, resolved once (ResolveGpuOptions);
+//   batch_reader.h    the batches, made ahead by reader threads;
+//   param_exchange.h  every pull and push (the only calls into the Client);
+//   host_group.h      the NCCL host group, bucket_plan.h the dense buckets and chunk ownership;
+//   step_buffers.h    the steps' device and pinned memory and events;
+//   stage_board.h     the hand-offs between the loop's threads.
+// gpu_trainer.cc holds Init, Run and the thread loops; gpu/step_stages.cc the device work of
+// each stage of a step (PlanStep, PullStep, BroadcastParams, Compute, CommStep, PushStep).
+//
+// Threads (with prefetch): the main thread computes step t; a planner plans t + ring - 1;
+// pull_threads pullers pull steps t+1 .. (step s on puller s % pull_threads); a comm thread
+// broadcasts the parameters (host group) and reduces and copies each gradient stage; a pusher
+// sends them. Without prefetch the main thread runs every stage in order.
+//
+// Thread-safety: Init, Run, Evaluate and FillReport on one thread; progress() from any thread.
+// Fields below are set by Init and read-only during Run unless they say which thread writes
+// them; every hand-off between threads goes through board_.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "job/job_config.h"
+#include "common/status.h"
+#include "worker/cache/sharded_row_cache.h"
+#include "worker/cuda/codec_kernels.h"
+#include "worker/cuda/dlrm/gpu_dlrm.h"
+#include "worker/gpu/batch_reader.h"
+#include "worker/gpu/bucket_plan.h"
+#include "worker/gpu/gpu_options.h"
+#include "worker/gpu/host_group.h"
+#include "worker/gpu/param_exchange.h"
+#include "worker/gpu/stage_board.h"
+#include "worker/gpu/step_buffers.h"
+#include "worker/gpu_trainer.h"
+#include "worker/models/dlrm.h"
+#include "worker/trainer.h"
+
+namespace osprey::worker::gpu {
+
+// The milestones a step reaches, in order (StageBoard).
+enum Milestone : int {
+  kPlanned = 0,  // PlanStep done (planner)
+  kPulled,       // host group: PullStep done, the broadcast may follow (puller)
+  kReady,        // the step's inputs are complete (puller, or the comm thread after the broadcast)
+  kGathered,     // the step's gather of cache rows is enqueued (main)
+  kPushed,       // the step's pushes are sent, its inputs free for step + ring (pusher)
+  kNumMilestones
+};
+
+class GpuTrainer final : public TrainLoop {
+ public:
+  // `client` is borrowed; device: a visible CUDA device.
+  GpuTrainer(const config::JobConfig& job, int rank, int num_workers, Client* client, int device,
+             const HostGroup& host);
+  ~GpuTrainer() override;
+
+  Status Init() override;
+  Status Run(const std::function<void(const Progress&)>& on_log) override;
+  StatusOr<EvalResult> Evaluate() override;
+  Progress progress() const override;
+  double train_seconds() const override { return train_seconds_; }
+  void FillReport(proto::WorkerReport* report) const override;
+
+ private:
+  // Init, in order.
+  Status InitModel();    // the CPU model's shape, the tables, opt_
+  Status InitDevice();   // the device, the cache, GpuDlrm, the streams
+  void InitBuckets();    // plan_, logged
+  Status InitBuffers();  // every device and pinned buffer
+  Status InitData();     // the codecs, the reader (a pool is made here), the dense table's values
+
+  // The stages of a step (gpu/step_stages.cc). PlanStep on the planner thread, PullStep on a
+  // puller, BroadcastParams on the comm thread (all inline on the main thread without prefetch).
+  Status PlanStep(int64_t step, StepInput* in);
+  Status PullStep(int64_t step, StepInput* in);
+  // Host group: all-gathers the dense parameters of a step from the slices the local ranks pulled.
+  Status BroadcastParams(StepInput* in);
+  // Main thread: forward/backward of a prepared step; posts each gradient stage as backward
+  // enqueues it.
+  Status Compute(StepInput* in);
+  // Comm thread: for each stage as the main thread posts it, reduce (host group) and copy the
+  // stage's gradients to the host on comm_stream_.
+  Status CommStep(int64_t step);
+  // Pusher thread: sends each stage's pushes once its gradients are on the host.
+  Status PushStep(int64_t step);
+  // The main thread's share of a step without prefetch, and the waits with it.
+  Status PrepareInline(int64_t step, StepInput* in);
+  Status SendInline(int64_t step);
+
+  void StartPrefetch(int64_t steps);
+  void PlannerLoop(int64_t steps);
+  void PullerLoop(int first, int64_t steps);
+  void CommLoop(int64_t steps);
+  void PusherLoop(int64_t steps);
+  // Stops the board and joins the loop's threads and the reader's.
+  void StopPrefetch();
+
+  int num_stages() const { return static_cast<int>(plan_.buckets.size()) + 1; }
+  int rows_stage() const { return static_cast<int>(plan_.buckets.size()); }
+  StepSizes sizes() const;
+
+  const config::JobConfig& job_;
+  const int rank_, num_workers_;
+  const int device_;
+  const HostGroup host_;
+  ParamExchange exchange_;
+  GpuOptions opt_;
+  std::string device_name_;
+  std::unique_ptr<NcclHostGroup> host_group_;  // null: each worker reduces nothing, owns every chunk
+  BucketPlan plan_;
+  std::unique_ptr<cuda::GpuDlrm> model_;
+  std::unique_ptr<models::Dlrm> cpu_model_;  // InitDense, sizes
+  std::unique_ptr<ShardedRowCache> cache_;   // the planner's
+  std::unique_ptr<BatchReader> reader_;
+  std::unique_ptr<StageBoard> board_;
+  int dim_ = 0, num_sparse_ = 0, num_dense_features_ = 0;
+  size_t num_params_ = 0;
+
+  cudaStream_t plan_stream_ = nullptr, compute_stream_ = nullptr, comm_stream_ = nullptr;
+  cudaStream_t pull_stream_[kMaxPullers] = {};
+  cuda::DeviceBuffer d_cache_;      // float [capacity x dim]
+  cuda::DeviceBuffer d_workspace_;  // dedupe / group-by-server scratch of plan_stream_
+  size_t workspace_bytes_ = 0;
+  // Main thread's: the step's rows gathered from the cache, the probabilities, the loss.
+  cuda::DeviceBuffer d_rows_, d_probs_, d_loss_;
+  cuda::PinnedBuffer h_loss_;
+  StepGradients grads_[2];      // step t's at t % 2
+  StepInput inputs_[kMaxRing];  // step t's at t % ring; the first ring are used
+  std::thread planner_, comm_thread_, pusher_;
+  std::thread pullers_[kMaxPullers];
+
+  std::atomic<int64_t> step_{0};
+  std::atomic<uint64_t> samples_{0};
+  std::atomic<double> loss_{0};
+  double train_seconds_ = 0;
+  // Each written by one thread, read by FillReport once Run joined them: times_ read/dedupe/cache
+  // by the planner, wait_input/compute/push by the main thread; the reduces' device time by the
+  // pusher, the broadcasts' by the main thread; rows_pulled_[i] and pull_seconds_[i] by puller i.
+  StepTimes times_;
+  double nccl_reduce_seconds_ = 0;
+  double nccl_bcast_seconds_ = 0;
+  uint64_t rows_pulled_[kMaxPullers] = {};
+  double pull_seconds_[kMaxPullers] = {};
+};
+
+}  // namespace osprey::worker::gpu

@@ -1,0 +1,87 @@
+#include "worker/gpu/param_exchange.h"
+
+namespace osprey::worker::gpu {
+
+ParamExchange::ParamExchange(const config::JobConfig& job, int rank, Client* client)
+    : job_(job), rank_(rank), client_(client) {}
+
+ParamExchange::~ParamExchange() {
+  if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
+}
+
+Status ParamExchange::Init() {
+  OSPREY_ASSIGN_OR_RETURN(sparse_table_, client_->TableId(job_.model.sparse_table));
+  OSPREY_ASSIGN_OR_RETURN(dense_table_, client_->TableId(job_.model.dense_table));
+  num_servers_ = client_->shard_map().server_endpoints_size();
+  return Status::OK();
+}
+
+Status ParamExchange::InstallCodecs() {
+  const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
+  if (dense.codec.type != "none") {
+    OSPREY_ASSIGN_OR_RETURN(compressor_, DenseCompressor::Create(dense.codec, rank_ + 1));
+    client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
+  }
+  return SetSparseRowCodecs(job_.tables[job_.TableIndex(job_.model.sparse_table)], sparse_table_, client_);
+}
+
+Status ParamExchange::InitDense(const float* values) { return client_->Wait(client_->InitDense(dense_table_, values)); }
+
+const proto::TableSpec& ParamExchange::dense_spec() const { return client_->shard_map().tables(dense_table_); }
+
+CompressionStats ParamExchange::compression_stats() const {
+  return compressor_ ? compressor_->stats() : CompressionStats{};
+}
+
+Status ParamExchange::PullStep(int64_t step, const uint64_t* keys, size_t n, float* rows, float* params,
+                               const std::vector<bool>* own_servers, uint64_t* sparse_version,
+                               uint64_t* dense_version) {
+  Ticket pulled_rows = client_->Pull(sparse_table_, keys, n, rows, step);
+  Ticket dense = own_servers ? client_->PullDense(dense_table_, params, step, *own_servers)
+                             : client_->PullDense(dense_table_, params, step);
+  Status s1 = client_->Wait(pulled_rows);
+  Status s2 = client_->Wait(dense);
+  OSPREY_RETURN_IF_ERROR(s1);
+  OSPREY_RETURN_IF_ERROR(s2);
+  *sparse_version = client_->version(sparse_table_);
+  *dense_version = client_->version(dense_table_);
+  return Status::OK();
+}
+
+void ParamExchange::PushRows(int64_t step, const uint64_t* keys, size_t n, const float* grads,
+                             const int32_t* server_counts, uint64_t version) {
+  step_tickets_.push_back(num_servers_ > 1
+                              ? client_->PushByServer(sparse_table_, keys, n, grads, server_counts, step, version)
+                              : client_->Push(sparse_table_, keys, n, grads, step, version));
+}
+
+void ParamExchange::PushDense(int64_t step, const float* grads, uint64_t version, const std::vector<bool>& servers) {
+  step_tickets_.push_back(client_->PushDense(dense_table_, grads, step, version, servers));
+}
+
+void ParamExchange::EndStep(int64_t step) {
+  pushes_.emplace_back(step, std::move(step_tickets_));
+  step_tickets_.clear();
+}
+
+Status ParamExchange::WaitPushes(int64_t through) {
+  Status first;
+  while (!pushes_.empty() && pushes_.front().first <= through) {
+    for (Ticket t : pushes_.front().second) {
+      Status s = client_->Wait(t);
+      if (first.ok() && !s.ok()) first = s;
+    }
+    pushes_.pop_front();
+  }
+  return first;
+}
+
+Status ParamExchange::PullDenseForEval(float* params) {
+  return client_->Wait(client_->PullDense(dense_table_, params));
+}
+
+Status ParamExchange::PullRowsForEval(const uint64_t* keys, size_t n, float* rows) {
+  return client_->Wait(client_->Pull(sparse_table_, keys, n, rows));
+}
+
+}  // namespace osprey::worker::gpu

@@ -1,0 +1,267 @@
+// The device work of each stage of a GPU step (gpu_trainer_impl.h): which stream it runs on,
+// which events order it against the other streams, and where it hands off through board_.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "worker/cuda/cuda_check.cuh"
+#include "worker/cuda/sparse/sparse_kernels.h"
+#include "worker/gpu/gpu_trainer_impl.h"
+
+namespace osprey::worker::gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Host batch -> pinned -> device (plan_stream).
+Status UploadBatch(const data::Batch& b, size_t ids, StepInput* in, cudaStream_t stream) {
+  std::memcpy(in->h_ids.data(), b.ids.data(), ids * sizeof(uint64_t));
+  std::memcpy(in->h_dense.data(), b.dense.data(), b.dense.size() * sizeof(float));
+  std::memcpy(in->h_labels.data(), b.labels.data(), b.labels.size() * sizeof(float));
+  OSPREY_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(in->d_ids.data(), in->h_ids.data(), ids * sizeof(uint64_t), cudaMemcpyHostToDevice, stream));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_dense.data(), in->h_dense.data(), b.dense.size() * sizeof(float),
+                                              cudaMemcpyHostToDevice, stream));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_labels.data(), in->h_labels.data(),
+                                              b.labels.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+  return Status::OK();
+}
+
+}  // namespace
+
+// Prefetch stage 1 of step `step`: the batch, its keys deduped on the device, the cache plan.
+// Device work goes to plan_stream_.
+Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
+  auto t0 = Clock::now();
+  const data::Batch* batch = nullptr;
+  OSPREY_RETURN_IF_ERROR(reader_->Take(step, &in->host, &batch));
+  times_.read += Since(t0);
+  const data::Batch& b = *batch;
+  if (b.size > opt_.max_batch || b.num_sparse != num_sparse_ || b.num_dense != num_dense_features_) {
+    return InvalidArgument("step " + std::to_string(step) + ": batch of " + std::to_string(b.size) + " samples with " +
+                           std::to_string(b.num_sparse) + " sparse / " + std::to_string(b.num_dense) +
+                           " dense features does not match the model");
+  }
+  in->step = step;
+  in->batch = b.size;
+  const size_t ids = static_cast<size_t>(b.size) * num_sparse_;
+  auto t1 = Clock::now();
+  OSPREY_RETURN_IF_ERROR(UploadBatch(b, ids, in, plan_stream_));
+  OSPREY_RETURN_IF_ERROR(cuda::DedupeFeatureKeys(in->d_ids.as<uint64_t>(), b.size, num_sparse_,
+                                                 in->d_unique.as<uint64_t>(), in->d_row_index.as<int32_t>(),
+                                                 in->d_count.as<int32_t>(), d_workspace_.data(), workspace_bytes_,
+                                                 plan_stream_));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->h_count.data(), in->d_count.data(), sizeof(int32_t),
+                                              cudaMemcpyDeviceToHost, plan_stream_));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(plan_stream_));
+  const int u = in->h_count.as<int32_t>()[0];
+  if (u < 0 || static_cast<size_t>(u) > ids) return Internal("device dedupe returned " + std::to_string(u) + " keys");
+  in->num_unique = u;
+  const int servers = exchange_.num_servers();
+  if (servers > 1) {
+    // The pushes then send each server's keys and rows as one slice (Client::PushByServer).
+    OSPREY_RETURN_IF_ERROR(cuda::GroupKeysByServer(exchange_.sparse_table(), servers, in->d_unique.as<uint64_t>(), u,
+                                                   in->d_row_index.as<int32_t>(), static_cast<int>(ids),
+                                                   in->d_server_counts.as<int32_t>(), d_workspace_.data(),
+                                                   workspace_bytes_, plan_stream_));
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->h_server_counts.data(), in->d_server_counts.data(),
+                                                servers * sizeof(int32_t), cudaMemcpyDeviceToHost, plan_stream_));
+  }
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->h_unique.data(), in->d_unique.data(), u * sizeof(uint64_t),
+                                              cudaMemcpyDeviceToHost, plan_stream_));
+  // Also orders the copies above before anything the puller or the compute stream does.
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(plan_stream_));
+  times_.dedupe += Since(t1);
+
+  auto t2 = Clock::now();
+  OSPREY_RETURN_IF_ERROR(cache_->Plan(step, in->h_unique.as<uint64_t>(), u, in->h_slots.as<int32_t>(),
+                                      &in->miss_keys, &in->miss_slots));
+  times_.cache += Since(t2);
+  return Status::OK();
+}
+
+// Prefetch stage 2 of step `step`: pull the misses and the dense parameters (with a host group,
+// only this worker's slice), put the rows into their cache slots. Device work goes to the
+// puller's stream, pull_stream_[step % pull_threads].
+Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
+  const int puller = static_cast<int>(step % opt_.pull_threads);
+  // bsp/ssp: this step's pulls must reach the servers after the previous step's pushes.
+  auto t3 = Clock::now();
+  if (opt_.gate_pulls) OSPREY_RETURN_IF_ERROR(board_->WaitFor(kPushed, step - 1));
+  const size_t m = in->miss_keys.size();
+  // A failed pull fails the run, so the slots it left unfilled are never read.
+  OSPREY_RETURN_IF_ERROR(exchange_.PullStep(step, in->miss_keys.data(), m, in->h_miss_rows.as<float>(),
+                                            in->h_params.as<float>(),
+                                            host_group_ ? &host_group_->own_servers() : nullptr,
+                                            &in->sparse_version, &in->dense_version));
+  rows_pulled_[puller] += m;
+  pull_seconds_[puller] += Since(t3);
+  cudaStream_t pull_stream = pull_stream_[puller];
+
+  // The pulled rows go into their slots only after the previous step's gather read the cache
+  // (a stale row is refreshed in the slot it already had; evicted slots were last used by a step
+  // at least ring back).
+  if (step > 0) {
+    OSPREY_RETURN_IF_ERROR(board_->WaitFor(kGathered, step - 1));
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(pull_stream, inputs_[(step - 1) % opt_.ring].gathered, 0));
+  }
+  const int u = in->num_unique;
+  std::memcpy(in->h_miss_slots.data(), in->miss_slots.data(), m * sizeof(int32_t));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_rows.data(), in->h_miss_rows.data(),
+                                              m * dim_ * sizeof(float), cudaMemcpyHostToDevice, pull_stream));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_slots.data(), in->h_miss_slots.data(), m * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, pull_stream));
+  OSPREY_RETURN_IF_ERROR(cuda::ScatterRows(in->d_miss_rows.as<float>(), in->d_miss_slots.as<int32_t>(),
+                                           static_cast<int>(m), dim_, d_cache_.as<float>(), pull_stream));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_slots.data(), in->h_slots.data(), u * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, pull_stream));
+  // With a host group the other ranks' slices are garbage here until BroadcastParams.
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_params.data(), in->h_params.data(), num_params_ * sizeof(float),
+                                              cudaMemcpyHostToDevice, pull_stream));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(host_group_ ? in->pulled : in->ready, pull_stream));
+  return Status::OK();
+}
+
+Status GpuTrainer::BroadcastParams(StepInput* in) {
+  if (!host_group_) return Internal("host group without NCCL");
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_stream_, in->pulled, 0));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->bcast_start, comm_stream_));
+  OSPREY_RETURN_IF_ERROR(host_group_->Broadcast(plan_.param_ranges, in->d_params.as<float>(), comm_stream_, in->step));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->bcast_end, comm_stream_));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->ready, comm_stream_));
+  return Status::OK();
+}
+
+// The main-thread part of a step whose inputs are ready: gather, forward/backward. Backward
+// hands each finished stage (a dense bucket, the row gradients) to the comm thread as it goes.
+Status GpuTrainer::Compute(StepInput* in) {
+  const int64_t step = in->step;
+  const int u = in->num_unique;
+  StepGradients& g = grads_[step % 2];
+  // The gradient buffers and stage events of this step held step-2's, which the pusher must have
+  // sent (and so the comm thread enqueued).
+  auto t0 = Clock::now();
+  OSPREY_RETURN_IF_ERROR(board_->WaitFor(kPushed, step - 2));
+  board_->OpenStep(step);
+  times_.push += Since(t0);
+  auto t1 = Clock::now();
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_stream_, in->ready, 0));
+  OSPREY_RETURN_IF_ERROR(cuda::GatherRows(d_cache_.as<float>(), in->d_slots.as<int32_t>(), u, dim_,
+                                          d_rows_.as<float>(), compute_stream_));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->gathered, compute_stream_));
+  board_->Reach(kGathered, step);
+
+  // Stage k < num_buckets is dense bucket k; stage num_buckets the row gradients.
+  Status hook_status;
+  size_t next_bucket = 0;
+  bool rows_signaled = false;
+  auto signal = [&](int stage) {
+    cudaError_t e = cudaEventRecord(g.events[stage].signaled, compute_stream_);
+    if (e != cudaSuccess && hook_status.ok()) {
+      hook_status = cuda::CudaStatus(e, "cudaEventRecord (gradient stage)", __FILE__, __LINE__);
+    }
+    board_->Post(StageBoard::kSignaled, step, stage);
+  };
+  cuda::BackwardHooks hooks;
+  hooks.dense_ready = [&](size_t from) {
+    for (; next_bucket < plan_.buckets.size() && plan_.buckets[next_bucket].begin >= from; ++next_bucket) {
+      signal(static_cast<int>(next_bucket));
+    }
+  };
+  hooks.rows_ready = [&] {
+    rows_signaled = true;
+    signal(rows_stage());
+  };
+  OSPREY_RETURN_IF_ERROR(model_->ForwardBackward(in->d_params.as<float>(), d_rows_.as<float>(), u,
+                                                 in->d_row_index.as<int32_t>(), in->d_dense.as<float>(),
+                                                 in->d_labels.as<float>(), in->batch, g.d_dense.as<float>(),
+                                                 g.d_rows.as<float>(), d_probs_.as<float>(), d_loss_.as<float>(),
+                                                 compute_stream_, &hooks));
+  OSPREY_RETURN_IF_ERROR(hook_status);
+  if (next_bucket != plan_.buckets.size() || !rows_signaled) {
+    return Internal("step " + std::to_string(step) + ": backward signaled " + std::to_string(next_bucket) + " of " +
+                    std::to_string(plan_.buckets.size()) + " dense buckets" +
+                    (rows_signaled ? "" : " and not the rows"));
+  }
+  OSPREY_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(h_loss_.data(), d_loss_.data(), sizeof(float), cudaMemcpyDeviceToHost, compute_stream_));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_));
+  double bcast_s = 0;
+  if (host_group_) {  // the broadcast finished before the compute stream could start
+    float ms = 0;
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, in->bcast_start, in->bcast_end));
+    bcast_s = ms * 1e-3;
+  }
+  nccl_bcast_seconds_ += bcast_s;
+  times_.compute += Since(t1) - bcast_s;  // the compute stream waited for the broadcast
+  const float loss = h_loss_.as<float>()[0];
+  if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
+  double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
+  loss_.store(avg);
+  samples_.fetch_add(in->batch);
+  step_.fetch_add(1);
+  return Status::OK();
+}
+
+Status GpuTrainer::CommStep(int64_t step) {
+  StepGradients& g = grads_[step % 2];
+  const StepInput* in = &inputs_[step % opt_.ring];
+  for (int i = 0; i < num_stages(); ++i) {
+    int stage = -1;
+    OSPREY_RETURN_IF_ERROR(board_->WaitPosted(StageBoard::kSignaled, step, i, &stage));
+    StageEvents& ev = g.events[stage];
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_stream_, ev.signaled, 0));
+    if (stage == rows_stage()) {
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(g.h_rows.data(), g.d_rows.data(),
+                                                  static_cast<size_t>(in->num_unique) * dim_ * sizeof(float),
+                                                  cudaMemcpyDeviceToHost, comm_stream_));
+    } else {
+      const DenseBucket& bucket = plan_.buckets[stage];
+      float* d = g.d_dense.as<float>();
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.start, comm_stream_));
+      if (host_group_) OSPREY_RETURN_IF_ERROR(host_group_->Reduce(bucket.ranges, d, comm_stream_, step, stage));
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.end, comm_stream_));
+      for (const OwnedRange& r : bucket.own) {
+        OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(g.h_dense.as<float>() + r.first, d + r.first,
+                                                    r.count * sizeof(float), cudaMemcpyDeviceToHost, comm_stream_));
+      }
+    }
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.done, comm_stream_));
+    board_->Post(StageBoard::kEnqueued, step, stage);
+  }
+  return Status::OK();
+}
+
+Status GpuTrainer::PushStep(int64_t step) {
+  const StepInput* in = &inputs_[step % opt_.ring];
+  const StepGradients& g = grads_[step % 2];
+  double nccl_s = 0;
+  OSPREY_RETURN_IF_ERROR(exchange_.WaitPushes(step - kPushWindow));
+  // The client copies keys and gradients into its frames before returning, so the pinned
+  // buffers may be reused once the step's calls return.
+  for (int i = 0; i < num_stages(); ++i) {
+    int stage = -1;
+    OSPREY_RETURN_IF_ERROR(board_->WaitPosted(StageBoard::kEnqueued, step, i, &stage));
+    const StageEvents& ev = g.events[stage];
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ev.done));
+    if (stage == rows_stage()) {
+      exchange_.PushRows(step, in->h_unique.as<uint64_t>(), in->num_unique, g.h_rows.as<float>(),
+                         in->h_server_counts.as<int32_t>(), in->sparse_version);
+      continue;
+    }
+    if (host_group_) {
+      float ms = 0;
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, ev.start, ev.end));
+      nccl_s += ms * 1e-3;
+    }
+    const DenseBucket& bucket = plan_.buckets[stage];
+    if (bucket.any_push) exchange_.PushDense(step, g.h_dense.as<float>(), in->dense_version, bucket.push_servers);
+  }
+  exchange_.EndStep(step);
+  nccl_reduce_seconds_ += nccl_s;
+  board_->Reach(kPushed, step);
+  return Status::OK();
+}
+
+}  // namespace osprey::worker::gpu
