@@ -270,7 +270,7 @@ class GpuTrainer final : public TrainLoop {
 
   ~GpuTrainer() override {
     StopPrefetch();
-    if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
+    if (compressor_) (void)client_->SetEncoder(dense_table_, nullptr);  // the client owns it
     cudaSetDevice(device_);
     for (cudaStream_t s : {plan_stream_, compute_stream_, comm_stream_}) {
       if (s) cudaStreamSynchronize(s);
@@ -386,7 +386,7 @@ class GpuTrainer final : public TrainLoop {
   std::vector<OwnedRange> param_ranges_;  // host group: the whole vector by owner (broadcasts)
   std::unique_ptr<cuda::GpuDlrm> model_;
   std::unique_ptr<models::Dlrm> cpu_model_;  // InitDense, sizes
-  std::unique_ptr<DenseCompressor> compressor_;
+  DenseCompressor* compressor_ = nullptr;  // owned by the client (SetTableCodecs)
   std::unique_ptr<ShardedRowCache> cache_;
   std::unique_ptr<BatchReader> reader_;
   uint32_t sparse_table_ = 0, dense_table_ = 0;
@@ -589,12 +589,10 @@ Status GpuTrainer::Init() {
   }
 
   int dense_index = job_.TableIndex(job_.model.dense_table);
-  if (job_.tables[dense_index].codec.type != "none") {
-    OSPREY_ASSIGN_OR_RETURN(compressor_, DenseCompressor::Create(job_.tables[dense_index].codec, rank_ + 1));
-    client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
-  }
+  OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_));
   OSPREY_RETURN_IF_ERROR(
-      SetSparseRowCodecs(job_.tables[job_.TableIndex(job_.model.sparse_table)], sparse_table_, client_));
+      SetTableCodecs(job_.tables[job_.TableIndex(job_.model.sparse_table)], sparse_table_, rank_ + 1, client_)
+          .status());
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, job_.worker.data_threads,
                                          job_.worker.data_pool_batches);
   if (job_.worker.data_pool_batches > 0) {  // made before training starts, outside its time (synthetic

@@ -174,11 +174,10 @@ StatusOr<OpTiming> OspreyBench::Sparse(const std::string& table_name, size_t num
   OSPREY_RETURN_IF_ERROR(pull());
   if (op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16) {
     const bool pushes = op == BenchOp::kPushBf16;
-    OSPREY_RETURN_IF_ERROR(pushes ? c->SetSparseRowCodec(id, proto::CODEC_BF16)
+    OSPREY_RETURN_IF_ERROR(pushes ? c->SetEncoder(id, std::move(*worker::MakeRowCastEncoder(proto::CODEC_BF16)))
                                   : c->SetSparsePullCodec(id, proto::CODEC_BF16));
     StatusOr<OpTiming> t = pushes ? TimeOp(push, options) : TimeOp(pull, options);
-    OSPREY_RETURN_IF_ERROR(pushes ? c->SetSparseRowCodec(id, proto::CODEC_NONE)
-                                  : c->SetSparsePullCodec(id, proto::CODEC_NONE));
+    OSPREY_RETURN_IF_ERROR(pushes ? c->SetEncoder(id, nullptr) : c->SetSparsePullCodec(id, proto::CODEC_NONE));
     return t;
   }
   return TimePushPull(op, push, pull, options);

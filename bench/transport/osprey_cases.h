@@ -16,7 +16,7 @@
 //                   from a fixed seed, created on the server by a pull before anything is timed.
 //   sparse pull     Pull(table, keys, n, out) + Wait.
 //   sparse push_bf16 / pull_bf16  the sparse push / pull with the rows sent as bf16
-//                   (Client::SetSparseRowCodec / SetSparsePullCodec): half the row bytes, plus
+//                   (Client::SetEncoder with MakeRowCastEncoder / SetSparsePullCodec): half the row bytes, plus
 //                   the casts on both sides.
 //   sparse pull_x3  kPullThreads threads of one client each do a sparse pull of their own n keys
 //                   at once (as a GPU worker's pullers do), all waited; median_s is per batch of
