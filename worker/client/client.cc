@@ -31,8 +31,7 @@ Status Client::Start() {
 }
 
 void Client::Stop() {
-  requests_.Stop();
-  transport_->Stop();
+  if (requests_.Stop()) transport_->Stop();
 }
 
 StatusOr<uint32_t> Client::TableId(const std::string& name) const {

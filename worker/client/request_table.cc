@@ -38,6 +38,11 @@ void RequestTable::Fail(Ticket ticket, const Status& s) {
 
 uint64_t RequestTable::Admit(Ticket ticket, int server, size_t expect_bytes, std::unique_ptr<ReplySink> sink,
                              uint64_t push_bytes) {
+  auto r = std::make_unique<Request>();  // allocated before taking the lock
+  r->ticket = ticket;
+  r->server = server;
+  r->expect_bytes = expect_bytes;
+  r->sink = std::move(sink);
   MutexLock lock(&mu_);
   TicketState* t = tickets_[ticket].get();
   bool room = cv_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
@@ -52,11 +57,6 @@ uint64_t RequestTable::Admit(Ticket ticket, int server, size_t expect_bytes, std
     return 0;
   }
   const uint64_t id = next_request_id_++;
-  auto r = std::make_unique<Request>();
-  r->ticket = ticket;
-  r->server = server;
-  r->expect_bytes = expect_bytes;
-  r->sink = std::move(sink);
   pending_[id] = std::move(r);
   ++t->remaining;
   ++inflight_;
@@ -161,16 +161,17 @@ Status RequestTable::Wait(Ticket ticket) {
   return result;
 }
 
-void RequestTable::Stop() {
+bool RequestTable::Stop() {
   {
     MutexLock lock(&mu_);
-    if (stopped_) return;
+    if (stopped_) return false;
     stopped_ = true;
     for (auto& [id, t] : tickets_) FailLocked(t.get(), Aborted("client stopped"));
     pending_.clear();
     inflight_ = 0;
   }
   cv_.SignalAll();
+  return true;
 }
 
 uint64_t RequestTable::version(uint32_t table) const {

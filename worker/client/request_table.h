@@ -87,8 +87,9 @@ class RequestTable {
   // ticket. InvalidArgument for an unknown or already waited ticket.
   Status Wait(Ticket ticket) EXCLUDES(mu_);
 
-  // Fails every open ticket with Aborted, wakes every waiter; later Opens fail at once.
-  void Stop() EXCLUDES(mu_);
+  // Fails every open ticket with Aborted, wakes every waiter; later Opens fail at once. True
+  // the first time (the caller then stops what feeds the table).
+  bool Stop() EXCLUDES(mu_);
 
   // Highest parameter version any reply for `table` reported (0 for ids past num_tables).
   uint64_t version(uint32_t table) const EXCLUDES(mu_);
