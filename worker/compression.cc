@@ -27,11 +27,24 @@ StatusOr<proto::Codec> RowCodec(const std::string& type, const char* field) {
 
 }  // namespace
 
-Status SetSparseRowCodecs(const config::TableConfig& config, uint32_t table, Client* client) {
-  OSPREY_ASSIGN_OR_RETURN(proto::Codec push, RowCodec(config.codec.type, "codec"));
-  OSPREY_ASSIGN_OR_RETURN(proto::Codec pull, RowCodec(config.pull_codec, "pull_codec"));
-  OSPREY_RETURN_IF_ERROR(client->SetSparseRowCodec(table, push));
-  return client->SetSparsePullCodec(table, pull);
+StatusOr<DenseCompressor*> SetTableCodecs(const config::TableConfig& config, uint32_t table, uint64_t seed,
+                                          Client* client) {
+  if (table >= static_cast<uint32_t>(client->shard_map().tables_size())) {
+    return InvalidArgument("table id " + std::to_string(table) + " does not exist");
+  }
+  if (client->shard_map().tables(table).type() == proto::TABLE_SPARSE) {
+    OSPREY_ASSIGN_OR_RETURN(proto::Codec push, RowCodec(config.codec.type, "codec"));
+    OSPREY_ASSIGN_OR_RETURN(proto::Codec pull, RowCodec(config.pull_codec, "pull_codec"));
+    OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<PushEncoder> rows, MakeRowCastEncoder(push));
+    OSPREY_RETURN_IF_ERROR(client->SetEncoder(table, std::move(rows)));
+    OSPREY_RETURN_IF_ERROR(client->SetSparsePullCodec(table, pull));
+    return nullptr;
+  }
+  if (config.codec.type == "none") return nullptr;
+  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<DenseCompressor> comp, DenseCompressor::Create(config.codec, seed));
+  DenseCompressor* borrowed = comp.get();
+  OSPREY_RETURN_IF_ERROR(client->SetEncoder(table, std::move(comp)));
+  return borrowed;
 }
 
 StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::CodecConfig& config,
@@ -46,19 +59,40 @@ StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::
   return std::unique_ptr<DenseCompressor>(new DenseCompressor(config, std::move(codec), seed));
 }
 
-Status DenseCompressor::Encode(uint32_t table, int server, const float* grad, size_t n,
-                               proto::Header* header, Buffer* values) {
-  std::lock_guard<std::mutex> lock(mu_);
+Status DenseCompressor::CheckTable(const proto::TableSpec& table) const {
+  if (table.type() == proto::TABLE_DENSE) return Status::OK();
+  return InvalidArgument("table '" + table.name() + "' is sparse; its rows are cast (fp16 / bf16), never compressed");
+}
+
+Status DenseCompressor::Encode(const PushValues& in, proto::Header* header, Buffer* values) {
+  MutexLock lock(&mu_);
+  const size_t n = in.floats;
   ++stats_.messages;
   stats_.bytes_raw += n * sizeof(float);
   if (n * sizeof(float) < config_.min_compress_bytes || config_.type == "none") {
-    // The client's own fp32 frame cannot be reused through the hook, so a small message costs
-    // one copy; by definition it is small.
     header->set_codec(proto::CODEC_NONE);
-    *values = Buffer::Copy(grad, n * sizeof(float));
+    *values = in.Fp32Frame();
     stats_.bytes_encoded += values->size();
     return Status::OK();
   }
+  if (in.contiguous()) return EncodeLocked(in.table, in.server, in.base, n, header, values);
+  gather_.resize(n);
+  in.CopyTo(gather_.data());
+  return EncodeLocked(in.table, in.server, gather_.data(), n, header, values);
+}
+
+Status DenseCompressor::Encode(uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
+                               Buffer* values) {
+  PushValues in;
+  in.table = table;
+  in.server = server;
+  in.floats = n;
+  in.base = grad;
+  return Encode(in, header, values);
+}
+
+Status DenseCompressor::EncodeLocked(uint32_t table, int server, const float* grad, size_t n,
+                                     proto::Header* header, Buffer* values) {
   Stream& st = streams_[{table, server}];
   if (st.length != n) {
     // First use, or the server's share of the table changed (a new shard map): a residual of
@@ -179,13 +213,8 @@ Status DenseCompressor::EncodeUnits(Stream* st, const float* grad, size_t n, cod
   return Status::OK();
 }
 
-DenseEncoder DenseCompressor::AsEncoder() {
-  return [this](uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
-                Buffer* values) { return Encode(table, server, grad, n, header, values); };
-}
-
 CompressionStats DenseCompressor::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CompressionStats out = stats_;
   auto density = [](const StepCount& c) {
     return c.length > 0 ? static_cast<double>(c.selected) / static_cast<double>(c.length) : 1.0;

@@ -1,4 +1,5 @@
-// DenseCompressor: compresses a worker's dense pushes with the table's codec (tables[].codec).
+// DenseCompressor: compresses a worker's dense pushes with the table's codec (tables[].codec); the
+// client's PushEncoder for a dense table (worker/client/push_encoder.h).
 //
 // The client cuts a dense push into one message per server (the chunks that server owns); each
 // message is one encode stream with its own codec::CodecState, keyed by (table, server), so the
@@ -10,27 +11,29 @@
 // merged into the message's one values frame (indices shifted by the unit's offset); onebit then
 // needs bucket_bytes / 4 to be a multiple of onebit_chunk so chunk scales line up.
 //
-//   auto comp = DenseCompressor::Create(job.tables[i].codec, /*seed=*/rank);
-//   client.SetDenseEncoder(table, (*comp)->AsEncoder());   // comp must outlive its use
+//   OSPREY_ASSIGN_OR_RETURN(DenseCompressor* comp, SetTableCodecs(job.tables[i], table, rank, &client));
+//   ... comp->stats() ...   // comp is owned by the client
 //
 // Ownership: owns the codec stack and every stream's state (residuals, scratch, last payload's
-// capacity). AsEncoder() returns a hook that borrows *this.
+// capacity); the client owns the compressor once it is set as a table's encoder.
 // Thread-safety: every method may be called from any thread; Encode calls are serialized by an
-// internal mutex (the client calls the hook on the thread that issues the push, so in practice
-// there is one caller and the lock is uncontended).
+// internal mutex (the client encodes on the thread that issues the push, so in practice there is
+// one caller and the lock is uncontended).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "common/codec/codec.h"
 #include "job/job_config.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "worker/client/client.h"
+#include "worker/client/push_encoder.h"
 
 namespace osprey::worker {
 
@@ -56,12 +59,19 @@ struct CompressionStats {
   std::vector<DensityPoint> density_trajectory;  // see kMaxTrajectoryPoints; empty if none
 };
 
-// Sets the wire types of sparse `table`'s rows on `client` from its config: pushes from
-// tables[].codec, pulls from tables[].pull_codec (each none, fp16 or bf16; the config loader
-// refuses the others, and so does this, for configs built in code).
-Status SetSparseRowCodecs(const config::TableConfig& config, uint32_t table, Client* client);
+class DenseCompressor;
 
-class DenseCompressor {
+// Sets the encoders of `table` on `client` from its config (`table` is that config's table id):
+//   sparse table: its pushed rows' wire type from tables[].codec and its pulled rows' from
+//                 tables[].pull_codec (each none, fp16 or bf16; the config loader refuses the
+//                 others, and so does this, for configs built in code); returns nullptr.
+//   dense table:  a DenseCompressor built from tables[].codec with `seed` (none: no encoder is
+//                 set), returned so the caller can read its stats(); the client owns it.
+// Errors: InvalidArgument from the codecs or the client (unknown table).
+StatusOr<DenseCompressor*> SetTableCodecs(const config::TableConfig& config, uint32_t table, uint64_t seed,
+                                          Client* client);
+
+class DenseCompressor final : public PushEncoder {
  public:
   // `config` must have passed codec::ValidateCodecConfig (LoadJobConfig does that); `seed` makes
   // this worker's random draws (random-k, sampled thresholds) differ from other workers'.
@@ -69,17 +79,21 @@ class DenseCompressor {
   static StatusOr<std::unique_ptr<DenseCompressor>> Create(const codec::CodecConfig& config,
                                                            uint64_t seed);
 
-  // Encodes the n floats at grad (the dense chunks of `table` that server `server` owns) into
-  // *values and sets header codec, codec_value_type, codec_count and codec_chunk. A one-unit
-  // payload is handed over without a copy; bucketed units are merged with one copy. Errors: the codec's (InvalidArgument when a stream's
-  // length changes between calls).
+  // Refuses sparse tables (their rows are cast, never sparsified: MakeRowCastEncoder).
+  Status CheckTable(const proto::TableSpec& table) const override;
+
+  // Encodes one dense push message (the chunks of in.table that server in.server owns) into
+  // *values and sets header codec, codec_value_type, codec_count and codec_chunk. The floats are
+  // read where they lie (chunks that are not contiguous are gathered once); a message below
+  // min_compress_bytes goes as plain fp32 (a view of the caller's Buffer when it has one). A
+  // one-unit payload is handed over without a copy; bucketed units are merged with one copy.
+  // Errors: the codec's.
+  Status Encode(const PushValues& in, proto::Header* header, Buffer* values) override EXCLUDES(mu_);
+  // The same for the n contiguous floats at grad.
   Status Encode(uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
-                Buffer* values);
+                Buffer* values) EXCLUDES(mu_);
 
-  // A DenseEncoder for Client::SetDenseEncoder that calls Encode on *this.
-  DenseEncoder AsEncoder();
-
-  CompressionStats stats() const;
+  CompressionStats stats() const EXCLUDES(mu_);
 
  private:
   DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec, uint64_t seed)
@@ -100,24 +114,28 @@ class DenseCompressor {
     uint64_t length = 0;
   };
 
+  // Compresses grad[0, n) as the message of (table, server).
+  Status EncodeLocked(uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
+                      Buffer* values) REQUIRES(mu_);
   // Adds one compressed message of `step` to the trajectory samples.
-  void RecordDensity(uint64_t step, uint64_t selected, uint64_t length);
+  void RecordDensity(uint64_t step, uint64_t selected, uint64_t length) REQUIRES(mu_);
 
   // Encodes grad[0, n) unit by unit into st's units and builds the message frame.
   Status EncodeUnits(Stream* st, const float* grad, size_t n, codec::EncodedMeta* meta,
-                     Buffer* values);
+                     Buffer* values) REQUIRES(mu_);
 
   const codec::CodecConfig config_;
   const std::unique_ptr<codec::Codec> codec_;
   const uint64_t seed_;
 
-  mutable std::mutex mu_;
-  std::map<std::pair<uint32_t, int>, Stream> streams_;  // GUARDED_BY(mu_)
-  CompressionStats stats_;                              // GUARDED_BY(mu_)
-  uint64_t stride_ = 1;                                 // GUARDED_BY(mu_)
-  std::map<uint64_t, StepCount> samples_;               // GUARDED_BY(mu_), steps % stride_ == 0
-  uint64_t last_step_ = 0;                              // GUARDED_BY(mu_)
-  StepCount last_;                                      // GUARDED_BY(mu_), of last_step_
+  mutable Mutex mu_;
+  std::map<std::pair<uint32_t, int>, Stream> streams_ GUARDED_BY(mu_);
+  CompressionStats stats_ GUARDED_BY(mu_);
+  uint64_t stride_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, StepCount> samples_ GUARDED_BY(mu_);  // steps % stride_ == 0
+  uint64_t last_step_ GUARDED_BY(mu_) = 0;
+  StepCount last_ GUARDED_BY(mu_);                         // of last_step_
+  std::vector<float> gather_ GUARDED_BY(mu_);              // non-contiguous messages, gathered
 };
 
 }  // namespace osprey::worker

@@ -76,7 +76,9 @@ Trainer::Trainer(const config::JobConfig& job, int rank, int num_workers, Client
     : job_(job), rank_(rank), num_workers_(num_workers), client_(client) {}
 
 Trainer::~Trainer() {
-  if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
+  // The client owns the compressor: it goes back to fp32 dense pushes, as before Init (this
+  // cannot fail: the table exists).
+  if (compressor_ != nullptr) (void)client_->SetEncoder(dense_table_, nullptr);
 }
 
 CompressionStats Trainer::compression_stats() const {
@@ -93,14 +95,12 @@ Status Trainer::Init() {
   dense_grad_.resize(params_.size());
   model_->InitDense(job_.model.seed, params_.data());
   int dense_index = job_.TableIndex(job_.model.dense_table);
-  if (dense_index >= 0 && job_.tables[dense_index].codec.type != "none") {
-    OSPREY_ASSIGN_OR_RETURN(compressor_,
-                            DenseCompressor::Create(job_.tables[dense_index].codec, rank_ + 1));
-    client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
+  if (dense_index >= 0) {
+    OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_));
   }
   int sparse_index = job_.TableIndex(job_.model.sparse_table);
   if (sparse_index >= 0) {
-    OSPREY_RETURN_IF_ERROR(SetSparseRowCodecs(job_.tables[sparse_index], sparse_table_, client_));
+    OSPREY_RETURN_IF_ERROR(SetTableCodecs(job_.tables[sparse_index], sparse_table_, rank_ + 1, client_).status());
   }
   return client_->Wait(client_->InitDense(dense_table_, params_.data()));
 }

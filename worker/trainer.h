@@ -95,7 +95,8 @@ class Trainer final : public TrainLoop {
   // Removes the dense encoder it installed from the client (which outlives the Trainer).
   ~Trainer() override;
 
-  // Init() installs a DenseCompressor on the client when the dense table's codec is not "none".
+  // Init() sets the tables' encoders on the client (SetTableCodecs): a DenseCompressor when the
+  // dense table's codec is not "none", the sparse table's row casts.
   Status Init() override;
   Status Run(const std::function<void(const Progress&)>& on_log) override;
   StatusOr<EvalResult> Evaluate() override;
@@ -117,7 +118,7 @@ class Trainer final : public TrainLoop {
   Client* client_;
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<DataSource> data_;
-  std::unique_ptr<DenseCompressor> compressor_;  // null unless the dense table has a codec
+  DenseCompressor* compressor_ = nullptr;  // owned by the client; null unless the dense table has a codec
   uint32_t sparse_table_ = 0;
   uint32_t dense_table_ = 0;
   int dim_ = 0;

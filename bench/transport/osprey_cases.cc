@@ -76,6 +76,7 @@ const char* BenchOpName(BenchOp op) {
     case BenchOp::kThreadedPull: return "pull_x3";
     case BenchOp::kPushBf16: return "push_bf16";
     case BenchOp::kPullBf16: return "pull_bf16";
+    case BenchOp::kPushBuffers: return "push_buffers";
   }
   return "unknown";
 }
@@ -172,13 +173,17 @@ StatusOr<OpTiming> OspreyBench::Sparse(const std::string& table_name, size_t num
   auto pull = [&] { return c->Wait(c->Pull(id, keys.data(), num_keys, out.data())); };
   // Creates the rows, so no timed call (warm-up included) pays row creation.
   OSPREY_RETURN_IF_ERROR(pull());
+  if (op == BenchOp::kPushBuffers) {
+    const Buffer key_buffer = Buffer::Copy(keys.data(), keys.size() * sizeof(uint64_t));
+    const Buffer row_buffer = Buffer::Copy(grads.data(), grads.size() * sizeof(float));
+    return TimeOp([&] { return c->Wait(c->Push(id, key_buffer, row_buffer)); }, options);
+  }
   if (op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16) {
     const bool pushes = op == BenchOp::kPushBf16;
-    OSPREY_RETURN_IF_ERROR(pushes ? c->SetSparseRowCodec(id, proto::CODEC_BF16)
+    OSPREY_RETURN_IF_ERROR(pushes ? c->SetEncoder(id, std::move(*worker::MakeRowCastEncoder(proto::CODEC_BF16)))
                                   : c->SetSparsePullCodec(id, proto::CODEC_BF16));
     StatusOr<OpTiming> t = pushes ? TimeOp(push, options) : TimeOp(pull, options);
-    OSPREY_RETURN_IF_ERROR(pushes ? c->SetSparseRowCodec(id, proto::CODEC_NONE)
-                                  : c->SetSparsePullCodec(id, proto::CODEC_NONE));
+    OSPREY_RETURN_IF_ERROR(pushes ? c->SetEncoder(id, nullptr) : c->SetSparsePullCodec(id, proto::CODEC_NONE));
     return t;
   }
   return TimePushPull(op, push, pull, options);

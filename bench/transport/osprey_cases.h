@@ -16,8 +16,10 @@
 //                   from a fixed seed, created on the server by a pull before anything is timed.
 //   sparse pull     Pull(table, keys, n, out) + Wait.
 //   sparse push_bf16 / pull_bf16  the sparse push / pull with the rows sent as bf16
-//                   (Client::SetSparseRowCodec / SetSparsePullCodec): half the row bytes, plus
+//                   (Client::SetEncoder with MakeRowCastEncoder / SetSparsePullCodec): half the row bytes, plus
 //                   the casts on both sides.
+//   sparse push_buffers  the zero-copy sparse push: keys and rows as Buffers (Client::Push of
+//                   Buffers); with one server the frames sent are those Buffers, not copies.
 //   sparse pull_x3  kPullThreads threads of one client each do a sparse pull of their own n keys
 //                   at once (as a GPU worker's pullers do), all waited; median_s is per batch of
 //                   kPullThreads pulls, the record reports it per pull.
@@ -46,12 +48,15 @@
 
 namespace osprey::bench {
 
-enum class BenchOp { kPush, kPull, kPushPull, kPipelinedPush, kPullBuffer, kThreadedPull, kPushBf16, kPullBf16 };
+enum class BenchOp {
+  kPush, kPull, kPushPull, kPipelinedPush, kPullBuffer, kThreadedPull, kPushBf16, kPullBf16, kPushBuffers
+};
 
 // Threads of the kThreadedPull case (the GPU worker's default worker.pull_threads).
 constexpr int kPullThreads = 3;
 
-// "push", "pull", "pushpull", "pipelined_push", "pull_buffer", "pull_x3", "push_bf16", "pull_bf16"
+// "push", "pull", "pushpull", "pipelined_push", "pull_buffer", "pull_x3", "push_bf16", "pull_bf16",
+// "push_buffers"
 // (the JSON names).
 const char* BenchOpName(BenchOp op);
 

@@ -200,7 +200,8 @@ Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan&
   for (const SparseCase& c : plan.sparse) {
     const uint64_t seed = 0x5eed0000 + c.keys + c.dim;  // fixed: the same keys every run
     const uint64_t bytes = c.keys * (sizeof(uint64_t) + c.dim * sizeof(float));
-    for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull, BenchOp::kPushBf16, BenchOp::kPullBf16}) {
+    for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull, BenchOp::kPushBf16, BenchOp::kPullBf16,
+                       BenchOp::kPushBuffers}) {
       OSPREY_ASSIGN_OR_RETURN(OpTiming t,
                               bench->Sparse(SparseName(c.dim), c.keys, seed, op, plan.timing));
       const bool bf16 = op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16;

@@ -10,11 +10,21 @@
 #include "common/codec/codec_math.h"
 #include "common/placement.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/testing/observed_transport.h"
+#include "tests/testing/wait.h"
 
 namespace osprey::worker {
 namespace {
 
 using testing::InprocCluster;
+using testing::ObservedTransport;
+
+// Sends sparse `table`'s pushed rows as `codec` (the row-cast encoder), as configs' codec does.
+Status SetRowCodec(Client* client, uint32_t table, proto::Codec codec) {
+  StatusOr<std::unique_ptr<PushEncoder>> encoder = MakeRowCastEncoder(codec);
+  if (!encoder.ok()) return encoder.status();
+  return client->SetEncoder(table, std::move(*encoder));
+}
 
 class ClientTest : public ::testing::Test {
  protected:
@@ -167,7 +177,7 @@ TEST_F(ClientTest, SparseRowsAsFp16OrBf16MoveRowsByTheRoundedGradient) {
   const int dim = cluster_.map().tables(0).dim();
   for (proto::Codec row_codec : {proto::CODEC_FP16, proto::CODEC_BF16}) {
     SCOPED_TRACE(row_codec == proto::CODEC_FP16 ? "fp16" : "bf16");
-    ASSERT_TRUE(client_->SetSparseRowCodec(0, row_codec).ok());
+    ASSERT_TRUE(SetRowCodec(client_.get(), 0, row_codec).ok());
     std::vector<uint64_t> keys(90);
     std::iota(keys.begin(), keys.end(), row_codec == proto::CODEC_FP16 ? 5000 : 6000);
     std::vector<float> g(keys.size() * dim);
@@ -201,9 +211,9 @@ TEST_F(ClientTest, SparseRowsAsFp16OrBf16MoveRowsByTheRoundedGradient) {
     for (size_t i = 0; i < g.size(); ++i) ASSERT_FLOAT_EQ(again[i], after[i] - 0.5f * rounded(g[i])) << "float " << i;
   }
   for (int s = 0; s < 3; ++s) EXPECT_GE(cluster_.server(s).decode_stats().frames.load(), 4u);
-  ASSERT_TRUE(client_->SetSparseRowCodec(0, proto::CODEC_NONE).ok());
-  EXPECT_EQ(client_->SetSparseRowCodec(0, proto::CODEC_TOPK).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(client_->SetSparseRowCodec(1, proto::CODEC_FP16).code(), StatusCode::kInvalidArgument);  // dense
+  ASSERT_TRUE(SetRowCodec(client_.get(), 0, proto::CODEC_NONE).ok());
+  EXPECT_EQ(SetRowCodec(client_.get(), 0, proto::CODEC_TOPK).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SetRowCodec(client_.get(), 1, proto::CODEC_FP16).code(), StatusCode::kInvalidArgument);  // dense
 }
 
 // Rows pulled as fp16 / bf16 are the servers' fp32 rows rounded to that format, in the caller's
@@ -328,7 +338,9 @@ TEST(ClientFailedPullTest, LeavesTheOutputUntouched) {
   ASSERT_TRUE(cluster.server(0).Activate(0, cluster.map(), cluster.tables()).ok());  // 1 holds requests
   ClientOptions o;
   o.timeout_ms = 300;
-  Client client(o, cluster.NewTransport(), cluster.map());
+  auto observed = std::make_unique<ObservedTransport>(cluster.NewTransport());
+  ObservedTransport* transport = observed.get();
+  Client client(o, std::move(observed), cluster.map());
   ASSERT_TRUE(client.Start().ok());
   std::vector<uint64_t> keys(64);
   std::iota(keys.begin(), keys.end(), 100);
@@ -344,7 +356,8 @@ TEST(ClientFailedPullTest, LeavesTheOutputUntouched) {
   EXPECT_EQ(client.Wait(dense_ticket).code(), StatusCode::kDeadlineExceeded);
   EXPECT_GT(client.stats().bytes_pulled, 0u);  // server 0 did answer both
   ASSERT_TRUE(cluster.server(1).Activate(1, cluster.map(), cluster.tables()).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its held replies come back now
+  // Its held replies come back now: wait until the client has handled a reply to every message.
+  ASSERT_TRUE(transport->WaitForHandled(transport->sent().size())) << transport->handled() << " replies";
   for (float v : rows) ASSERT_EQ(v, kUntouched);
   for (float v : dense) ASSERT_EQ(v, kUntouched);
   client.Stop();
@@ -374,7 +387,7 @@ TEST(ClientTimeoutTest, SilentServerGivesDeadlineExceeded) {
 
 TEST(ClientStopTest, StopFailsOutstandingTickets) {
   auto hub = std::make_shared<InprocHub>();
-  InprocTransport silent(hub);
+  ObservedTransport silent(std::make_unique<InprocTransport>(hub));
   ASSERT_TRUE(silent.Listen("inproc://silent2").ok());
   silent.SetHandler([](Message&&) {});
   ASSERT_TRUE(silent.Start().ok());
@@ -387,7 +400,7 @@ TEST(ClientStopTest, StopFailsOutstandingTickets) {
   float row[4];
   Ticket t = client.Pull(0, &k, 1, row);
   std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(silent.WaitForHandled(1));  // the pull reached the server: it is outstanding
     client.Stop();
   });
   EXPECT_EQ(client.Wait(t).code(), StatusCode::kAborted);
@@ -401,19 +414,32 @@ TEST(ClientStopTest, StopFailsOutstandingTickets) {
 namespace osprey::worker {
 namespace {
 
+// A PushEncoder made of a function (any table).
+class FunctionEncoder final : public PushEncoder {
+ public:
+  using Fn = std::function<Status(const PushValues&, proto::Header*, Buffer*)>;
+  explicit FunctionEncoder(Fn fn) : fn_(std::move(fn)) {}
+  Status CheckTable(const proto::TableSpec&) const override { return Status::OK(); }
+  Status Encode(const PushValues& in, proto::Header* h, Buffer* out) override { return fn_(in, h, out); }
+
+ private:
+  Fn fn_;
+};
+
 TEST_F(ClientTest, DenseEncoderIsCalledPerServerAndItsErrorsFailThePush) {
   std::vector<float> init(10, 1.0f);
   ASSERT_TRUE(client_->Wait(client_->InitDense(1, init.data())).ok());
   std::vector<int> calls;
   size_t floats = 0;
-  client_->SetDenseEncoder(1, [&](uint32_t table, int server, const float* g, size_t n,
-                                  proto::Header* h, Buffer* out) {
-    calls.push_back(server);
-    floats += n;
+  ASSERT_TRUE(client_->SetEncoder(1, std::make_unique<FunctionEncoder>([&](const PushValues& in, proto::Header* h,
+                                                                          Buffer* out) {
+    calls.push_back(in.server);
+    floats += in.floats;
     h->set_codec(proto::CODEC_NONE);
-    *out = Buffer::Copy(g, n * sizeof(float));  // identity "codec"
+    *out = Buffer::Allocate(in.floats * sizeof(float));  // identity "codec"
+    in.CopyTo(reinterpret_cast<float*>(out->mutable_data()));
     return Status::OK();
-  });
+  })).ok());
   std::vector<float> g(10, 2.0f);
   ASSERT_TRUE(client_->Wait(client_->PushDense(1, g.data())).ok());
   EXPECT_EQ(floats, 10u);
@@ -421,9 +447,9 @@ TEST_F(ClientTest, DenseEncoderIsCalledPerServerAndItsErrorsFailThePush) {
   std::vector<float> out(10);
   ASSERT_TRUE(client_->Wait(client_->PullDense(1, out.data())).ok());
   for (float x : out) EXPECT_FLOAT_EQ(x, 0.0f);  // 1 - 0.5 * 2
-  client_->SetDenseEncoder(1, [](uint32_t, int, const float*, size_t, proto::Header*, Buffer*) {
+  ASSERT_TRUE(client_->SetEncoder(1, std::make_unique<FunctionEncoder>([](const PushValues&, proto::Header*, Buffer*) {
     return InvalidArgument("encoder says no");
-  });
+  })).ok());
   Status s = client_->Wait(client_->PushDense(1, g.data()));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("encoder says no"), std::string::npos) << s.ToString();
@@ -516,11 +542,15 @@ TEST(ClientBspHostGroupTest, SlicePullsWithClockOnlyPullsKeepWindowsClosing) {
   const std::vector<bool> mask[2] = {{true, false}, {false, true}};
   ASSERT_TRUE(c[0]->Wait(c[0]->InitDense(1, init.data())).ok());
   for (int64_t clock = 0; clock < 4; ++clock) {
+    const uint64_t requests[2] = {cluster.server(0).stats().requests, cluster.server(1).stats().requests};
     Ticket p0 = c[0]->PullDense(1, out[0].data(), clock, mask[0]);
     if (clock > 0) {
       // Worker 1 has not pulled this clock yet, so clock - 1's windows are open and worker 0's
-      // pull (the clock-only part included) must still be held.
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // pull (the clock-only part included) must still be held: let both parts reach their
+      // servers before worker 1 pulls.
+      ASSERT_TRUE(testing::WaitUntil([&] {
+        return cluster.server(0).stats().requests > requests[0] && cluster.server(1).stats().requests > requests[1];
+      })) << "clock " << clock;
     }
     Ticket p1 = c[1]->PullDense(1, out[1].data(), clock, mask[1]);
     ASSERT_TRUE(c[0]->Wait(p0).ok()) << "clock " << clock;

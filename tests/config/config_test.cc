@@ -7,6 +7,7 @@
 
 #include "common/config/yaml_fields.h"
 #include "server/optim/optimizer.h"
+#include "tests/testing/test_env.h"
 
 namespace osprey::config {
 namespace {
@@ -205,7 +206,7 @@ TEST(JobConfigTest, MissingFileIsNotFound) {
 }
 
 TEST(JobConfigTest, ShippedConfigsAllLoad) {
-  const char* src = std::getenv("OSPREY_SOURCE_DIR");
+  const char* src = osprey::testing::SourceDirFromEnv();
   ASSERT_NE(src, nullptr);
   for (const char* name : {"configs/local.yaml", "configs/local-topk.yaml", "configs/local-onebit.yaml",
                            "configs/bsp.yaml", "configs/ssp.yaml", "configs/async.yaml",

@@ -18,6 +18,8 @@
 #include <string>
 #include <thread>
 #include <utility>
+
+#include "tests/testing/test_env.h"
 #include <vector>
 
 namespace osprey::tools::testing {
@@ -44,12 +46,7 @@ class TempDir {
   std::string path_;
 };
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using ::osprey::testing::ReadFile;
 
 // True when `pid` no longer runs (gone, or a zombie nobody reaped yet).
 inline bool ProcessGone(pid_t pid) {
@@ -120,9 +117,6 @@ inline std::vector<std::pair<std::string, pid_t>> ReadPids(const std::string& lo
   return pids;
 }
 
-inline std::string EnvOr(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
-}
+using ::osprey::testing::EnvOr;
 
 }  // namespace osprey::tools::testing

@@ -9,6 +9,7 @@
 
 #include "job/job_config.h"
 #include "tests/testing/inproc_training.h"
+#include "tests/testing/test_env.h"
 #include "worker/client/client.h"
 #include "worker/trainer.h"
 
@@ -32,7 +33,7 @@ struct RunResult {
 // Trains configs/local.yaml with `overrides` on an in-process cluster and evaluates worker 0.
 RunResult Train(const std::vector<std::string>& overrides) {
   RunResult out;
-  const char* src = std::getenv("OSPREY_SOURCE_DIR");
+  const char* src = testing::SourceDirFromEnv();
   EXPECT_NE(src, nullptr);
   if (src == nullptr) return out;
   std::vector<std::string> sets = {"train.eval_samples=10000", "train.steps=1000"};

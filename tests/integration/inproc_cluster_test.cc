@@ -6,12 +6,13 @@
 
 #include "job/job_config.h"
 #include "tests/testing/inproc_training.h"
+#include "tests/testing/test_env.h"
 
 namespace osprey {
 namespace {
 
 TEST(InprocClusterTest, TwoServersTwoWorkersLearnThePlantedModel) {
-  const char* src = std::getenv("OSPREY_SOURCE_DIR");
+  const char* src = testing::SourceDirFromEnv();
   ASSERT_NE(src, nullptr);
   auto job = config::LoadJobConfig(std::string(src) + "/configs/local.yaml",
                                    {"train.eval_samples=10000"});

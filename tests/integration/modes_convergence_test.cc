@@ -19,6 +19,7 @@
 
 #include "job/job_config.h"
 #include "tests/testing/inproc_training.h"
+#include "tests/testing/test_env.h"
 #include "worker/client/client.h"
 #include "worker/trainer.h"
 
@@ -47,7 +48,7 @@ struct ModeResult {
 
 // `consistency` entries ("mode=ssp", ...) are applied to both tables.
 void Train(const std::vector<std::string>& consistency, ModeResult* out) {
-  const char* src = std::getenv("OSPREY_SOURCE_DIR");
+  const char* src = testing::SourceDirFromEnv();
   ASSERT_NE(src, nullptr);
   std::vector<std::string> overrides = {"train.eval_samples=20000",
                                         "train.steps=" + std::to_string(kSteps)};

@@ -33,22 +33,14 @@
 #include "common/transport.h"
 #include "coordinator/coordinator_client.h"
 #include "proto/wire.h"
+#include "tests/testing/test_env.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string Env(const char* name, const char* fallback) {
-  const char* d = std::getenv(name);
-  return d ? d : fallback;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using osprey::testing::EnvOr;
+using osprey::testing::ReadFile;
 
 int FreePort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -70,7 +62,7 @@ int FreePort() {
 // Steps a worker says it trained ("worker R trained N steps"); -1 when it did not say.
 long TrainedSteps(const std::string& log) {
   static const std::regex re(R"(worker \d+ trained (\d+) steps)");
-  std::string text = Slurp(log);
+  std::string text = ReadFile(log);
   std::smatch m;
   if (!std::regex_search(text, m, re)) return -1;
   return std::stol(m[1]);
@@ -78,7 +70,7 @@ long TrainedSteps(const std::string& log) {
 
 int RankOf(const std::string& log) {
   static const std::regex re(R"(worker (\d+) of \d+:)");
-  std::string text = Slurp(log);
+  std::string text = ReadFile(log);
   std::smatch m;
   if (!std::regex_search(text, m, re)) return -1;
   return std::stoi(m[1]);
@@ -98,8 +90,8 @@ class Cluster {
       : dir_(dir) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    bin_ = Env("OSPREY_BIN_DIR", "build/bin");
-    common_ = {"--config", Env("OSPREY_SOURCE_DIR", ".") + "/configs/" + config};
+    bin_ = EnvOr("OSPREY_BIN_DIR", "build/bin");
+    common_ = {"--config", EnvOr("OSPREY_SOURCE_DIR", ".") + "/configs/" + config};
     endpoint_ = "tcp://127.0.0.1:" + std::to_string(FreePort());
     sets.push_back("cluster.coordinator=" + endpoint_);
     for (const auto& s : sets) common_.insert(common_.end(), {"--set", s});
@@ -232,7 +224,7 @@ class Cluster {
   }
   std::string Logs() const {
     std::string out;
-    for (const auto& c : children_) out += "---- " + c.name + "\n" + Slurp(log(c.name));
+    for (const auto& c : children_) out += "---- " + c.name + "\n" + ReadFile(log(c.name));
     return out;
   }
 
@@ -374,8 +366,8 @@ TEST(ModesProcessTest, BspKilledWorkerIsEvictedAndTrainingFinishes) {
     }
   }
   EXPECT_EQ(TrainedSteps(cluster.log("worker-0")), kSteps);
-  EXPECT_NE(Slurp(cluster.log("coordinator-0")).find("marked dead"), std::string::npos)
-      << Slurp(cluster.log("coordinator-0"));
+  EXPECT_NE(ReadFile(cluster.log("coordinator-0")).find("marked dead"), std::string::npos)
+      << ReadFile(cluster.log("coordinator-0"));
 }
 
 }  // namespace

@@ -13,30 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/test_env.h"  // BinDir, SourceDir, ReadFile
+
 namespace osprey::testing {
-
-inline std::string BinDir() {
-  const char* d = std::getenv("OSPREY_BIN_DIR");
-  return d ? d : "build/bin";
-}
-
-inline std::string SourceDir() {
-  const char* d = std::getenv("OSPREY_SOURCE_DIR");
-  return d ? d : ".";
-}
 
 // Runs `cmd` through the shell; its exit status, or -1 when it did not exit normally.
 inline int RunCommand(const std::string& cmd) {
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-// The whole file; "" when it cannot be read.
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // The number after "key": in a flat JSON object; NaN when missing (or null).

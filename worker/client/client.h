@@ -9,51 +9,46 @@
 //
 // Every call is asynchronous and returns a Ticket; Wait(ticket) blocks until every server involved
 // replied, or a reply was an error, or options.timeout_ms passed (DeadlineExceeded naming the op,
-// table and server). A call sends ONE message per server it involves: keys are partitioned by the
-// placement function (common/placement.h), dense tables by chunk. At most options.max_inflight
-// messages are outstanding; a call that would exceed it blocks until replies arrive (or fails
-// with DeadlineExceeded after timeout_ms).
+// table and server). A call sends ONE message per server it involves: sparse keys are cut by
+// server by one KeyRouter (key_router.h), dense tables by chunk (dense_routes.h). At most
+// options.max_inflight messages are outstanding; a call that would exceed it blocks until replies
+// arrive (or fails with DeadlineExceeded after timeout_ms). The tickets, replies and timeouts are
+// kept by a RequestTable (request_table.h); what a push's values look like on the wire is its
+// table's PushEncoder (push_encoder.h; SetEncoder).
 //
-// Memory: `keys` and input floats are copied into per-server frames before the call returns,
-// except for PushDense(table, Buffer), which sends slices of the Buffer without copying. Output
-// arrays (`out`) must stay valid until Wait() returns; after Wait() returns -- with any status --
-// the client never touches them again. Pulls into a float array copy each reply once, into the
-// array; PullDense(table, Buffer*) hands over the reply frame instead when it can.
+// Memory: calls that take raw pointers copy `keys` and input floats into per-server frames before
+// they return. Calls that take Buffers (the zero-copy Push / PushByServer, PushDense of a Buffer,
+// DenseCall::in_buffer) send slices of them as they are wherever no gather or cast is needed
+// (fp32 rows of one server or of one server's contiguous run; contiguous dense chunks): the
+// message then holds a reference, so the caller's memory stays alive until the transport is done
+// with it, and the bytes must not change after the call (common/buffer.h). Output arrays (`out`)
+// must stay valid until Wait() returns; after Wait() returns -- with any status -- the client
+// never touches them again. Pulls into a float array copy each reply once, into the array;
+// PullDense(table, Buffer*) hands over the reply frame instead when it can.
 //
 // Threading: all methods are thread-safe. The transport's I/O thread only matches each reply to
-// its request (under the client's lock, no payload copy); a pull's reply frames are kept as they
-// arrived and Wait() copies them into `out` on the waiting thread, outside the lock, once every
-// server replied. So threads waiting on different pulls copy in parallel, the I/O thread is free
-// to take the next reply meanwhile, and replies of a failed ticket are never copied. Every Ticket
-// must be waited on exactly once (its bookkeeping, and the reply frames it holds, are released by
-// Wait).
+// its request (no payload copy); Wait() copies a pull's replies into `out` on the waiting thread,
+// once every server replied. So threads waiting on different pulls copy in parallel, and replies
+// of a failed ticket are never copied. Every Ticket must be waited on exactly once.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <functional>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/transport.h"
 #include "proto/wire.h"
+#include "worker/client/dense_routes.h"
+#include "worker/client/key_router.h"
+#include "worker/client/push_encoder.h"
+#include "worker/client/request_table.h"
 
 namespace osprey::worker {
-
-using Ticket = uint64_t;
-
-// Encodes the fp32 gradient of one dense push message (the chunks of `table` that server
-// `server` owns, concatenated: `n` floats at `grad`) into `values`, and records the codec and its
-// meta in `header` (codec, codec_value_type, codec_count, codec_chunk). Called on the thread that
-// issues the push; must not keep `grad`. An error fails the push's ticket.
-using DenseEncoder = std::function<Status(uint32_t table, int server, const float* grad, size_t n,
-                                          proto::Header* header, Buffer* values)>;
 
 struct ClientOptions {
   int worker_rank = 0;
@@ -61,11 +56,31 @@ struct ClientOptions {
   int max_inflight = 64;
 };
 
-struct ClientStats {
-  uint64_t requests = 0;
-  uint64_t bytes_pushed = 0;  // all frames of push/init requests
-  uint64_t bytes_pulled = 0;  // values frames of pull replies
-  uint64_t errors = 0;
+// One call on a dense table: what PullDense / PushDense / InitDense build, for callers that need
+// more than those (a server mask, a pull into a Buffer with a clock, ...).
+struct DenseCall {
+  proto::Op op = proto::OP_PULL_DENSE;  // OP_PULL_DENSE, OP_PUSH_DENSE or OP_INIT_DENSE
+  uint32_t table = 0;
+  int64_t clock = 0;     // the worker's step (bsp / ssp servers hold pulls until it is ready)
+  uint64_t version = 0;  // push: the parameter version the gradient was computed from
+  // One entry per server, or null for all. Push / init: only the messages of servers s with
+  // (*servers)[s] true are sent (a GPU host group splits the servers among its workers). Pull:
+  // only their chunks are pulled (the other floats of `out` are left as they are); every other
+  // server holding chunks of the table gets an empty pull carrying `clock`, since a bsp/ssp
+  // server learns a worker's progress from its pulls, so Wait returns once every server of the
+  // table is ready for `clock`, as for a full pull. Must stay valid during the call only.
+  const std::vector<bool>* servers = nullptr;
+  // Push / init: the table's floats (table size), from `in`, or from `in_buffer` (size * 4 bytes;
+  // sent as slices of it where a server's chunks are contiguous). Read during the call only
+  // (the Buffer's slices may live on in the messages).
+  const float* in = nullptr;
+  const Buffer* in_buffer = nullptr;
+  // Pull: into `out` (table size floats), or into *out_buffer: after Wait() returns OK it holds
+  // the table's floats; when one server holds every chunk of the table it is that server's reply
+  // frame itself (no client-side copy), otherwise a new Buffer the replies are assembled in
+  // (contents unspecified after an error). Must stay valid until Wait() returns.
+  float* out = nullptr;
+  Buffer* out_buffer = nullptr;
 };
 
 class Client {
@@ -91,113 +106,107 @@ class Client {
   // `version` the parameter version this gradient was computed from (for staleness).
   Ticket Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
               int64_t clock = 0, uint64_t version = 0);
+  // Zero-copy push for callers that own their memory (pinned or registered staging): `keys`
+  // holds n u64 keys and `rows` their n * dim floats. With one server and fp32 rows, the two
+  // Buffers are the message's keys and values frames as they are (with several servers the
+  // keys are partitioned and gathered as Push does). InvalidArgument when the sizes disagree
+  // (keys not whole u64, rows not n * dim floats).
+  Ticket Push(uint32_t table, const Buffer& keys, const Buffer& rows, int64_t clock = 0, uint64_t version = 0);
   // Push with the keys already grouped by owner (as common/placement.h's ServerForKey places them,
   // e.g. cuda::GroupKeysByServer): keys[0, counts[0]) belong to server 0, the next counts[1] to
   // server 1, and so on (`counts` has one entry per server and sums to n). Each server's keys and
-  // rows are sent as one contiguous slice: no hashing and no per-row copies here. Same semantics
+  // rows are sent as one contiguous slice: no hashing and no per-row gather. Same semantics
   // as Push otherwise. Counts that do not sum to n fail the ticket (InvalidArgument); a key sent
   // to a server that does not own it is refused by that server (FailedPrecondition naming it).
   Ticket PushByServer(uint32_t table, const uint64_t* keys, size_t n, const float* grads, const int32_t* counts,
                       int64_t clock = 0, uint64_t version = 0);
+  // The same from Buffers (sizes as for the zero-copy Push): with fp32 rows each server's keys
+  // and rows go as slices of `keys` and `rows`, without a copy.
+  Ticket PushByServer(uint32_t table, const Buffer& keys, const Buffer& rows, const int32_t* counts,
+                      int64_t clock = 0, uint64_t version = 0);
+
+  // Any dense call (see DenseCall). InvalidArgument for a sparse or unknown table, a server mask
+  // of the wrong length, a Buffer of the wrong size, or a missing input / output.
+  Ticket Dense(const DenseCall& call);
   // Dense: the whole table (table size floats).
   Ticket PullDense(uint32_t table, float* out, int64_t clock = 0);
-  // The same into a Buffer, without a client-side copy where it can: after Wait() returns OK,
-  // *out holds the table's size floats. When one server holds every chunk of the table (one
-  // server, or a table of one chunk), *out is that server's reply frame itself; otherwise the
-  // replies are assembled into a new Buffer. `out` must stay valid until Wait() returns; after
-  // an error its contents are unspecified.
+  // Into a Buffer, without a client-side copy where it can (DenseCall::out_buffer).
   Ticket PullDense(uint32_t table, Buffer* out, int64_t clock = 0);
-  // Only the chunks of the servers s with servers[s] true are pulled into `out` (the floats of
-  // the other chunks are left as they are; a GPU host group pulls its slice and all-gathers the
-  // rest). Every other server that holds chunks of the table gets an empty pull carrying `clock`:
-  // a bsp/ssp server learns a worker's progress from its pulls and holds the reply until `clock`
-  // is ready, so Wait returns once every server of the table is ready for `clock`, as for a full
-  // pull. `servers` has one entry per server.
+  // Only the chunks of the servers s with servers[s] true (DenseCall::servers).
   Ticket PullDense(uint32_t table, float* out, int64_t clock, const std::vector<bool>& servers);
   Ticket PushDense(uint32_t table, const float* grads, int64_t clock = 0, uint64_t version = 0);
-  // Only the messages for servers s with servers[s] true (a GPU host group splits the servers
-  // among its workers); the others are not sent. `servers` has one entry per server.
+  // Only the messages for servers s with servers[s] true (DenseCall::servers).
   Ticket PushDense(uint32_t table, const float* grads, int64_t clock, uint64_t version,
                    const std::vector<bool>& servers);
   // Zero-copy: `grads` (table size floats) is sent as slices of the Buffer.
   Ticket PushDense(uint32_t table, const Buffer& grads, int64_t clock = 0, uint64_t version = 0);
   // Gives dense chunks their initial values unless another worker already did (first wins).
+  // Init messages always go as fp32 (no encoder).
   Ticket InitDense(uint32_t table, const float* values);
 
   Status Wait(Ticket ticket);
 
-  // Sends the gradient rows of every later Push / PushByServer of sparse `table` as `codec`:
-  // CODEC_NONE (fp32, the default), CODEC_FP16 or CODEC_BF16 (round to nearest even, finite
-  // values beyond the format's range saturate to its largest finite value; half the bytes). The
-  // server decodes them to fp32 before merging. InvalidArgument for a dense or unknown table or
-  // another codec (rows of a sparse table are never sparsified). Not thread-safe with concurrent
-  // pushes to the same table; call before training starts.
-  Status SetSparseRowCodec(uint32_t table, proto::Codec codec);
+  // Encodes the values of every later push to `table` (sparse rows and dense chunks alike) with
+  // `encoder`, which the client owns from now on; nullptr: plain fp32 (the default). The encoder
+  // lives until it is replaced or the client is destroyed (pushes in flight keep the one they
+  // started with), so a caller may keep a raw pointer to it for its statistics until then.
+  // InvalidArgument for an unknown table, or one the encoder refuses (PushEncoder::CheckTable);
+  // the table's encoder is then unchanged. Thread-safe; set it before training starts if every
+  // push should see it.
+  Status SetEncoder(uint32_t table, std::unique_ptr<PushEncoder> encoder);
   // Asks the servers to send the rows of every later Pull of sparse `table` as `codec` (CODEC_NONE,
-  // CODEC_FP16 or CODEC_BF16, cast as above from the servers' fp32 weights: half the bytes); Wait
-  // widens them back to fp32 into `out`, exactly (every fp16 / bf16 value is a float). The model
-  // then computes with the rounded weights; the servers keep and update fp32. Errors and
-  // threading as SetSparseRowCodec.
+  // CODEC_FP16 or CODEC_BF16, cast as MakeRowCastEncoder casts, from the servers' fp32 weights:
+  // half the bytes); Wait widens them back to fp32 into `out`, exactly (every fp16 / bf16 value
+  // is a float). The model then computes with the rounded weights; the servers keep and update
+  // fp32. InvalidArgument for a dense or unknown table or another codec. Thread-safe.
   Status SetSparsePullCodec(uint32_t table, proto::Codec codec);
 
-  // Compresses every later PushDense of `table` with `encoder` (nullptr: plain fp32). Not
-  // thread-safe with concurrent pushes to the same table; call before training starts.
-  void SetDenseEncoder(uint32_t table, DenseEncoder encoder);
-
   // Highest parameter version any reply of `table` reported.
-  uint64_t version(uint32_t table) const;
-  ClientStats stats() const;
+  uint64_t version(uint32_t table) const { return requests_.version(table); }
+  ClientStats stats() const { return requests_.stats(); }
 
  private:
-  struct Part;         // one outstanding message
-  // The chunks of one dense table that one server owns, computed once per shard map.
-  struct DenseRoute {
-    int server = 0;
-    Buffer keys;                                        // chunk ids (the keys frame)
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (first float, floats) per chunk
-    uint64_t floats = 0;
-    bool contiguous = true;                             // chunks form one range of the table
+  // One sparse push, whichever public call made it.
+  struct SparsePush {
+    uint32_t table = 0;
+    const uint64_t* keys = nullptr;
+    size_t n = 0;
+    const float* grads = nullptr;
+    const int32_t* counts = nullptr;     // grouped by server (PushByServer), or null: route by hash
+    const Buffer* key_buffer = nullptr;  // zero-copy calls: the Buffers behind keys and grads
+    const Buffer* row_buffer = nullptr;
+    int64_t clock = 0;
+    uint64_t version = 0;
   };
-  struct TicketState;  // one call
 
-  Ticket NewTicket(proto::Op op, uint32_t table, Status immediate = Status::OK());
-  Ticket SendDense(proto::Op op, uint32_t table, const float* in, const Buffer* in_buffer,
-                   float* out, int64_t clock, uint64_t version, const std::vector<bool>* servers = nullptr,
-                   Buffer* out_buffer = nullptr);
+  Ticket SendSparsePush(const SparsePush& push);
+  // Checks a zero-copy push's Buffers against the table (keys whole u64, rows n * dim floats).
+  Status CheckPushBuffers(uint32_t table, const Buffer& keys, const Buffer& rows) const;
+  Status CheckDenseCall(const DenseCall& call) const;
+  // Sends one dense message (one route of `call`); false when its encoder failed the ticket.
+  bool SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRoute& route, float* out,
+                      Buffer* out_frame, PushEncoder* encoder);
+  // Admits one message with the request table and sends it; failures are recorded on the ticket.
+  void Send(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
+            size_t expect_bytes, std::unique_ptr<ReplySink> sink);
+  void OnReply(Message&& msg);
   // What a ticket was for, for error messages (built only when an error is reported).
   std::string Describe(proto::Op op, uint32_t table) const;
   Status CheckTable(uint32_t table, bool sparse) const;
-  // Registers `part` and sends it; failures are recorded on the ticket.
-  void SendPart(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
-                std::unique_ptr<Part> part);
-  void OnReply(Message&& msg);
-  // Copies (or hands over) one arrived pull reply into the caller's output; called by Wait.
-  static void Deliver(Part* part);
-  void FailTicketLocked(TicketState* t, const Status& s);
-  // SetSparseRowCodec / SetSparsePullCodec: checks, then sets (*codecs)[table] under mu_.
-  Status SetTableRowCodec(uint32_t table, proto::Codec codec, const char* verb,
-                           std::vector<proto::Codec>* codecs);
+  std::shared_ptr<PushEncoder> EncoderOf(uint32_t table) const EXCLUDES(codec_mu_);
 
   const ClientOptions options_;
   std::unique_ptr<Transport> transport_;
   const proto::ShardMap map_;
-  std::vector<PeerId> peers_;        // by server rank
-  std::unordered_map<PeerId, int> server_of_peer_;
-  std::vector<DenseEncoder> dense_encoders_;  // by table id; set before use
-  std::vector<proto::Codec> sparse_codecs_;   // by table id: wire type of sparse push rows; set before use
-  std::vector<proto::Codec> pull_codecs_;     // by table id: wire type of sparse pull rows; set before use
-  std::vector<std::vector<DenseRoute>> dense_routes_;  // by table id; immutable after construction
+  const KeyRouter router_;
+  const std::vector<std::vector<DenseRoute>> dense_routes_;  // by table id
+  // Written by Start() before the transport runs, read-only after.
+  std::vector<PeerId> peers_;  // by server rank
+  RequestTable requests_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t next_request_id_ = 1;                                  // GUARDED_BY(mu_)
-  Ticket next_ticket_ = 1;                                        // GUARDED_BY(mu_)
-  std::unordered_map<uint64_t, std::unique_ptr<Part>> pending_;   // GUARDED_BY(mu_) by request id
-  std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets_;  // GUARDED_BY(mu_)
-  int inflight_ = 0;                                              // GUARDED_BY(mu_)
-  bool stopped_ = false;                                          // GUARDED_BY(mu_)
-  std::vector<uint64_t> versions_;                                // GUARDED_BY(mu_)
-  ClientStats stats_;                                             // GUARDED_BY(mu_)
+  mutable Mutex codec_mu_;
+  std::vector<std::shared_ptr<PushEncoder>> encoders_ GUARDED_BY(codec_mu_);  // by table id; null: fp32
+  std::vector<proto::Codec> pull_codecs_ GUARDED_BY(codec_mu_);  // by table id: wire type of pulled rows
 };
 
 }  // namespace osprey::worker

@@ -6,7 +6,7 @@ ParamExchange::ParamExchange(const config::JobConfig& job, int rank, Client* cli
     : job_(job), rank_(rank), client_(client) {}
 
 ParamExchange::~ParamExchange() {
-  if (compressor_) client_->SetDenseEncoder(dense_table_, nullptr);
+  if (compressor_) (void)client_->SetEncoder(dense_table_, nullptr);  // the client owns it
 }
 
 Status ParamExchange::Init() {
@@ -18,11 +18,9 @@ Status ParamExchange::Init() {
 
 Status ParamExchange::InstallCodecs() {
   const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
-  if (dense.codec.type != "none") {
-    OSPREY_ASSIGN_OR_RETURN(compressor_, DenseCompressor::Create(dense.codec, rank_ + 1));
-    client_->SetDenseEncoder(dense_table_, compressor_->AsEncoder());
-  }
-  return SetSparseRowCodecs(job_.tables[job_.TableIndex(job_.model.sparse_table)], sparse_table_, client_);
+  OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(dense, dense_table_, rank_ + 1, client_));
+  const config::TableConfig& sparse = job_.tables[job_.TableIndex(job_.model.sparse_table)];
+  return SetTableCodecs(sparse, sparse_table_, rank_ + 1, client_).status();
 }
 
 Status ParamExchange::InitDense(const float* values) { return client_->Wait(client_->InitDense(dense_table_, values)); }

@@ -77,7 +77,7 @@ class ParamExchange {
   Client* const client_;
   uint32_t sparse_table_ = 0, dense_table_ = 0;
   int num_servers_ = 1;
-  std::unique_ptr<DenseCompressor> compressor_;
+  DenseCompressor* compressor_ = nullptr;  // owned by the client (SetTableCodecs)
   // The push thread's own (see Thread-safety): the step being pushed, and the steps in flight,
   // oldest first.
   std::vector<Ticket> step_tickets_;

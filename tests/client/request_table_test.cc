@@ -1,0 +1,103 @@
+// RequestTable: tickets, the in-flight window, deadlines and delivery, without a transport.
+#include "worker/client/request_table.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace osprey::worker {
+namespace {
+
+std::string Name(proto::Op, uint32_t table) { return "call on table " + std::to_string(table); }
+
+// Counts deliveries and remembers the last reply's size.
+class CountingSink final : public ReplySink {
+ public:
+  explicit CountingSink(int* delivered) : delivered_(delivered) {}
+  void Deliver(Buffer reply) override { *delivered_ += static_cast<int>(reply.size()); }
+
+ private:
+  int* delivered_;
+};
+
+proto::Header Reply(uint64_t request_id, uint64_t version = 0) {
+  proto::Header h;
+  h.set_op(proto::OP_REPLY);
+  h.set_request_id(request_id);
+  h.set_version(version);
+  return h;
+}
+
+TEST(RequestTableTest, DeliversOnWaitOnlyWhenEveryMessageSucceeded) {
+  RequestTable table(5000, 8, 2, Name);
+  int delivered = 0;
+  Ticket ok = table.Open(proto::OP_PULL_SPARSE, 1);
+  uint64_t a = table.Admit(ok, 0, 4, std::make_unique<CountingSink>(&delivered), 0);
+  uint64_t b = table.Admit(ok, 1, 8, std::make_unique<CountingSink>(&delivered), 0);
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  table.OnReply(Reply(a, 3), Buffer::Allocate(4));
+  table.OnReply(Reply(b, 5), Buffer::Allocate(8));
+  EXPECT_EQ(delivered, 0) << "the I/O thread must not deliver";
+  ASSERT_TRUE(table.Wait(ok).ok());
+  EXPECT_EQ(delivered, 12);
+  EXPECT_EQ(table.version(1), 5u);
+  EXPECT_EQ(table.stats().bytes_pulled, 12u);
+  EXPECT_EQ(table.Wait(ok).code(), StatusCode::kInvalidArgument);  // waited twice
+
+  Ticket bad = table.Open(proto::OP_PULL_SPARSE, 1);
+  uint64_t c = table.Admit(bad, 0, 4, std::make_unique<CountingSink>(&delivered), 0);
+  uint64_t d = table.Admit(bad, 1, 4, std::make_unique<CountingSink>(&delivered), 0);
+  table.OnReply(Reply(c), Buffer::Allocate(4));
+  table.OnReply(Reply(d), Buffer::Allocate(3));  // wrong size
+  Status s = table.Wait(bad);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("call on table 1 on server 1"), std::string::npos) << s.ToString();
+  EXPECT_EQ(delivered, 12) << "a failed ticket's replies were delivered";
+  EXPECT_EQ(table.stats().errors, 1u);
+}
+
+TEST(RequestTableTest, AFullWindowFailsTheTicketAtItsDeadline) {
+  RequestTable table(100, 1, 1, Name);
+  Ticket first = table.Open(proto::OP_PUSH_DENSE, 0);
+  ASSERT_NE(table.Admit(first, 0, 0, nullptr, 10), 0u);
+  Ticket second = table.Open(proto::OP_PUSH_DENSE, 0);
+  EXPECT_EQ(table.Admit(second, 0, 0, nullptr, 10), 0u);  // waited the whole timeout
+  Status s = table.Wait(second);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("in-flight window (1)"), std::string::npos) << s.ToString();
+  s = table.Wait(first);  // never answered
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("no reply within 100 ms"), std::string::npos) << s.ToString();
+  EXPECT_EQ(table.stats().bytes_pushed, 10u);
+}
+
+TEST(RequestTableTest, StopAbortsWaitersAndLaterTickets) {
+  RequestTable table(60000, 4, 1, Name);
+  Ticket t = table.Open(proto::OP_PULL_DENSE, 0);
+  ASSERT_NE(table.Admit(t, 0, 0, nullptr, 0), 0u);
+  Status waited;
+  std::thread waiter([&] { waited = table.Wait(t); });
+  EXPECT_TRUE(table.Stop());
+  waiter.join();
+  EXPECT_EQ(waited.code(), StatusCode::kAborted);
+  EXPECT_FALSE(table.Stop());
+  EXPECT_EQ(table.Wait(table.Open(proto::OP_PULL_DENSE, 0)).code(), StatusCode::kAborted);
+}
+
+TEST(RequestTableTest, SendFailuresAndFailNameTheCall) {
+  RequestTable table(5000, 4, 1, Name);
+  Ticket t = table.Open(proto::OP_PUSH_SPARSE, 0);
+  uint64_t id = table.Admit(t, 2, 0, nullptr, 0);
+  table.SendFailed(id, Unavailable("peer gone"));
+  Status s = table.Wait(t);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("sending to server 2"), std::string::npos) << s.ToString();
+  Ticket f = table.Open(proto::OP_PUSH_SPARSE, 0);
+  table.Fail(f, InvalidArgument("encoder says no"));
+  s = table.Wait(f);
+  EXPECT_NE(s.message().find("call on table 0"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace osprey::worker

@@ -1,0 +1,156 @@
+// The sparse calls of Client: Pull, Push and PushByServer (raw pointers or Buffers), all cut by
+// server by the one KeyRouter and encoded by the table's PushEncoder.
+#include <utility>
+
+#include "common/codec/encoded.h"
+#include "common/codec/row_cast.h"
+#include "worker/client/client.h"
+
+namespace osprey::worker {
+namespace {
+
+codec::ValueType RowType(proto::Codec codec) {
+  switch (codec) {
+    case proto::CODEC_FP16: return codec::ValueType::kFp16;
+    case proto::CODEC_BF16: return codec::ValueType::kBf16;
+    default: return codec::ValueType::kFp32;
+  }
+}
+
+// Widens one server's pulled rows into the caller's array: row i of the reply goes to the call's
+// row positions[i], or, without positions, to row first + i.
+class PulledRowsSink final : public ReplySink {
+ public:
+  PulledRowsSink(float* out, const KeySlice& slice, size_t dim, codec::ValueType type)
+      : out_(out), positions_(slice.positions), first_(slice.first), dim_(dim), type_(type) {}
+
+  void Deliver(Buffer reply) override {
+    const uint8_t* src = reply.data();
+    if (positions_.empty()) {  // in call order: one bulk widen
+      codec::WidenRowValues(src, reply.size() / codec::RowValueBytes(type_), type_, out_ + first_ * dim_);
+      return;
+    }
+    const size_t row_bytes = dim_ * codec::RowValueBytes(type_);
+    const uint32_t* pos = positions_.as<uint32_t>();
+    for (size_t i = 0, n = positions_.count<uint32_t>(); i < n; ++i, src += row_bytes) {
+      codec::WidenRowValues(src, dim_, type_, out_ + size_t{pos[i]} * dim_);
+    }
+  }
+
+ private:
+  float* const out_;
+  const Buffer positions_;
+  const size_t first_, dim_;
+  const codec::ValueType type_;
+};
+
+}  // namespace
+
+Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, int64_t clock) {
+  Status bad = CheckTable(table, /*sparse=*/true);
+  Ticket ticket = requests_.Open(proto::OP_PULL_SPARSE, table, bad);
+  if (!bad.ok() || n == 0) return ticket;
+  const size_t dim = map_.tables(table).dim();
+  proto::Codec pull_codec;
+  {
+    MutexLock lock(&codec_mu_);
+    pull_codec = pull_codecs_[table];
+  }
+  const codec::ValueType reply_type = RowType(pull_codec);
+  const size_t row_bytes = dim * codec::RowValueBytes(reply_type);
+  proto::Header h;
+  h.set_op(proto::OP_PULL_SPARSE);
+  h.set_table(table);
+  h.set_clock(clock);
+  for (KeySlice& slice : router_.Route(table, keys, n, /*key_buffer=*/nullptr)) {
+    if (pull_codec != proto::CODEC_NONE) {  // ask for the rows in 16 bits (the count is in floats)
+      h.set_codec(pull_codec);
+      h.set_codec_count(slice.count * dim);
+      h.set_codec_value_type(static_cast<uint32_t>(reply_type));
+    }
+    auto sink = std::make_unique<PulledRowsSink>(out, slice, dim, reply_type);
+    Send(ticket, slice.server, h, std::move(slice.keys), Buffer(), slice.count * row_bytes, std::move(sink));
+  }
+  return ticket;
+}
+
+Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads, int64_t clock,
+                    uint64_t version) {
+  return SendSparsePush({table, keys, n, grads, nullptr, nullptr, nullptr, clock, version});
+}
+
+Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
+                            const int32_t* counts, int64_t clock, uint64_t version) {
+  return SendSparsePush({table, keys, n, grads, counts, nullptr, nullptr, clock, version});
+}
+
+Status Client::CheckPushBuffers(uint32_t table, const Buffer& keys, const Buffer& rows) const {
+  OSPREY_RETURN_IF_ERROR(CheckTable(table, /*sparse=*/true));
+  const size_t n = keys.size() / sizeof(uint64_t), dim = map_.tables(table).dim();
+  if (keys.size() % sizeof(uint64_t) != 0 || rows.size() != n * dim * sizeof(float)) {
+    return InvalidArgument("push to table '" + map_.tables(table).name() + "': " + std::to_string(keys.size()) +
+                           " key bytes and " + std::to_string(rows.size()) + " row bytes are not n keys and n * " +
+                           std::to_string(dim) + " floats");
+  }
+  return Status::OK();
+}
+
+Ticket Client::Push(uint32_t table, const Buffer& keys, const Buffer& rows, int64_t clock, uint64_t version) {
+  Status bad = CheckPushBuffers(table, keys, rows);
+  if (!bad.ok()) return requests_.Open(proto::OP_PUSH_SPARSE, table, bad);
+  return SendSparsePush({table, keys.as<uint64_t>(), keys.count<uint64_t>(), rows.as<float>(), nullptr, &keys,
+                         &rows, clock, version});
+}
+
+Ticket Client::PushByServer(uint32_t table, const Buffer& keys, const Buffer& rows, const int32_t* counts,
+                            int64_t clock, uint64_t version) {
+  Status bad = CheckPushBuffers(table, keys, rows);
+  if (!bad.ok()) return requests_.Open(proto::OP_PUSH_SPARSE, table, bad);
+  return SendSparsePush({table, keys.as<uint64_t>(), keys.count<uint64_t>(), rows.as<float>(), counts, &keys,
+                         &rows, clock, version});
+}
+
+Ticket Client::SendSparsePush(const SparsePush& p) {
+  Status bad = CheckTable(p.table, /*sparse=*/true);
+  StatusOr<std::vector<KeySlice>> slices = std::vector<KeySlice>();
+  if (bad.ok() && p.counts != nullptr) {
+    slices = router_.Grouped(p.keys, p.n, p.counts, p.key_buffer, map_.tables(p.table).name());
+    bad = slices.status();
+  }
+  Ticket ticket = requests_.Open(proto::OP_PUSH_SPARSE, p.table, bad);
+  if (!bad.ok() || p.n == 0) return ticket;
+  if (p.counts == nullptr) slices = router_.Route(p.table, p.keys, p.n, p.key_buffer);
+  const size_t dim = map_.tables(p.table).dim();
+  const std::shared_ptr<PushEncoder> encoder = EncoderOf(p.table);
+  for (KeySlice& slice : *slices) {
+    PushValues v;
+    v.table = p.table;
+    v.server = slice.server;
+    v.floats = slice.count * dim;
+    v.base = p.grads;
+    if (!slice.positions.empty()) {  // partitioned: the rows are picked by call index
+      v.rows = slice.position_data();
+      v.num_rows = slice.count;
+      v.row_floats = dim;
+    } else {  // one contiguous run of the call's rows
+      v.base = p.grads + slice.first * dim;
+      if (p.row_buffer != nullptr) v.frame = p.row_buffer->Slice(slice.first * dim * sizeof(float), v.floats * sizeof(float));
+    }
+    proto::Header h;
+    h.set_op(proto::OP_PUSH_SPARSE);
+    h.set_table(p.table);
+    h.set_clock(p.clock);
+    h.set_version(p.version);
+    Buffer values;
+    if (encoder == nullptr) {
+      values = v.Fp32Frame();
+    } else if (Status s = encoder->Encode(v, &h, &values); !s.ok()) {
+      requests_.Fail(ticket, s);
+      return ticket;
+    }
+    Send(ticket, slice.server, std::move(h), std::move(slice.keys), std::move(values), 0, nullptr);
+  }
+  return ticket;
+}
+
+}  // namespace osprey::worker

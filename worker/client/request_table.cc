@@ -1,0 +1,187 @@
+#include "worker/client/request_table.h"
+
+#include <algorithm>
+
+namespace osprey::worker {
+
+RequestTable::RequestTable(int timeout_ms, int max_inflight, size_t num_tables, Describe describe)
+    : timeout_ms_(timeout_ms), max_inflight_(max_inflight), describe_(std::move(describe)) {
+  MutexLock lock(&mu_);
+  versions_.assign(num_tables, 0);
+}
+
+Ticket RequestTable::Open(proto::Op op, uint32_t table, Status immediate) {
+  auto t = std::make_unique<TicketState>();
+  t->op = op;
+  t->table = table;
+  t->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  MutexLock lock(&mu_);
+  t->status = stopped_ && immediate.ok() ? Aborted("client stopped") : std::move(immediate);
+  Ticket id = next_ticket_++;
+  tickets_[id] = std::move(t);
+  return id;
+}
+
+void RequestTable::FailLocked(TicketState* t, const Status& s) {
+  if (t->status.ok()) t->status = s;
+}
+
+void RequestTable::Fail(Ticket ticket, const Status& s) {
+  {
+    MutexLock lock(&mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return;
+    FailLocked(it->second.get(), s.WithContext(describe_(it->second->op, it->second->table)));
+  }
+  cv_.SignalAll();
+}
+
+uint64_t RequestTable::Admit(Ticket ticket, int server, size_t expect_bytes, std::unique_ptr<ReplySink> sink,
+                             uint64_t push_bytes) {
+  auto r = std::make_unique<Request>();  // allocated before taking the lock
+  r->ticket = ticket;
+  r->server = server;
+  r->expect_bytes = expect_bytes;
+  r->sink = std::move(sink);
+  MutexLock lock(&mu_);
+  TicketState* t = tickets_[ticket].get();
+  bool room = cv_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
+    return stopped_ || inflight_ < max_inflight_;
+  });
+  if (!t->status.ok()) return 0;
+  if (stopped_ || !room) {
+    FailLocked(t, stopped_ ? Aborted("client stopped")
+                           : DeadlineExceeded(describe_(t->op, t->table) + ": in-flight window (" +
+                                              std::to_string(max_inflight_) +
+                                              ") stayed full for the whole timeout"));
+    return 0;
+  }
+  const uint64_t id = next_request_id_++;
+  pending_[id] = std::move(r);
+  ++t->remaining;
+  ++inflight_;
+  ++stats_.requests;
+  stats_.bytes_pushed += push_bytes;
+  return id;
+}
+
+void RequestTable::SendFailed(uint64_t request_id, const Status& s) {
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(request_id);
+    if (it == pending_.end()) return;
+    const int server = it->second->server;
+    TicketState* t = tickets_[it->second->ticket].get();
+    pending_.erase(it);
+    --inflight_;
+    --t->remaining;
+    FailLocked(t, s.WithContext(describe_(t->op, t->table) + ": sending to server " + std::to_string(server)));
+  }
+  cv_.SignalAll();
+}
+
+void RequestTable::OnBadReply() {
+  MutexLock lock(&mu_);
+  ++stats_.errors;
+}
+
+void RequestTable::OnReply(const proto::Header& header, Buffer values) {
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(header.request_id());
+    if (it == pending_.end()) return;  // its ticket already finished (timeout or error)
+    std::unique_ptr<Request> r = std::move(it->second);
+    pending_.erase(it);
+    --inflight_;
+    TicketState* t = tickets_[r->ticket].get();
+    --t->remaining;
+    Status s = StatusFromHeader(header);
+    if (s.ok() && header.op() != proto::OP_REPLY) {
+      s = Internal("unexpected reply op " + std::to_string(header.op()));
+    }
+    if (s.ok() && values.size() != r->expect_bytes) {
+      s = DataLoss("reply carries " + std::to_string(values.size()) + " bytes, expected " +
+                   std::to_string(r->expect_bytes));
+    }
+    if (!s.ok()) {
+      ++stats_.errors;
+      FailLocked(t, s.WithContext(describe_(t->op, t->table) + " on server " + std::to_string(r->server)));
+    } else if (r->sink != nullptr) {
+      stats_.bytes_pulled += values.size();
+      r->reply = std::move(values);  // a view of the received frame: no copy here
+      t->arrived.push_back(std::move(r));
+    }
+    if (s.ok() && t->table < versions_.size()) {
+      versions_[t->table] = std::max(versions_[t->table], header.version());
+    }
+  }
+  cv_.SignalAll();  // after unlocking, so the woken waiter does not block on mu_ again
+}
+
+void RequestTable::DropPendingLocked(Ticket ticket, TicketState* t) {
+  for (auto p = pending_.begin(); t->remaining > 0 && p != pending_.end();) {
+    if (p->second->ticket == ticket) {
+      p = pending_.erase(p);
+      --inflight_;
+      --t->remaining;
+    } else {
+      ++p;
+    }
+  }
+}
+
+Status RequestTable::Wait(Ticket ticket) {
+  std::vector<std::unique_ptr<Request>> arrived;
+  Status result;
+  {
+    MutexLock lock(&mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return InvalidArgument("unknown or already waited ticket");
+    TicketState* t = it->second.get();
+    bool finished = cv_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
+      return t->remaining == 0 || !t->status.ok() || stopped_;
+    });
+    if (!finished && t->status.ok()) {
+      t->status = DeadlineExceeded(describe_(t->op, t->table) + ": no reply within " +
+                                   std::to_string(timeout_ms_) + " ms");
+    }
+    if (stopped_ && t->status.ok() && t->remaining > 0) t->status = Aborted("client stopped");
+    result = t->status;
+    // Late replies of this ticket must never reach the caller's memory.
+    DropPendingLocked(ticket, t);
+    arrived = std::move(t->arrived);
+    tickets_.erase(it);
+  }
+  cv_.SignalAll();  // window slots may have been freed
+  // The ticket is gone from tickets_, so nothing else can reach these requests: deliver here, on
+  // the waiting thread, outside mu_.
+  if (result.ok()) {
+    for (const std::unique_ptr<Request>& r : arrived) r->sink->Deliver(std::move(r->reply));
+  }
+  return result;
+}
+
+bool RequestTable::Stop() {
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return false;
+    stopped_ = true;
+    for (auto& [id, t] : tickets_) FailLocked(t.get(), Aborted("client stopped"));
+    pending_.clear();
+    inflight_ = 0;
+  }
+  cv_.SignalAll();
+  return true;
+}
+
+uint64_t RequestTable::version(uint32_t table) const {
+  MutexLock lock(&mu_);
+  return table < versions_.size() ? versions_[table] : 0;
+}
+
+ClientStats RequestTable::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace osprey::worker

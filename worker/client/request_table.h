@@ -1,0 +1,136 @@
+// RequestTable: the client's bookkeeping of calls in flight -- tickets, the messages of each
+// ticket still waiting for a reply, the in-flight window, deadlines, Wait, and the counters and
+// versions the replies report. It knows nothing of routing or codecs: the client admits each
+// message it is about to send (Admit), the transport's I/O thread hands every reply in
+// (OnReply), and a waiting thread collects the outcome (Wait).
+//
+// A reply's values are not touched on the I/O thread: OnReply only matches the reply to its
+// message and keeps the values frame (a view, no copy). When the ticket completed OK, Wait hands
+// each kept frame to its message's ReplySink, on the waiting thread, outside the table's lock, so
+// threads waiting on different tickets deliver in parallel, and a failed ticket's replies are
+// never delivered. After Wait returns (any status) no reply of that ticket reaches a sink.
+//
+// Errors on a ticket: the first one wins (a server's error reply, a reply of the wrong size
+// (DataLoss), a send failure, an encoder's error, DeadlineExceeded when no reply came within the
+// timeout or the window stayed full for it, Aborted after Stop). Each names the call
+// (`describe`) and, where there is one, the server.
+//
+// Thread-safety: every method is thread-safe; OnReply is called on the transport's I/O thread.
+// Every ticket must be waited on exactly once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/mutex.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "proto/wire.h"
+
+namespace osprey::worker {
+
+using Ticket = uint64_t;
+
+struct ClientStats {
+  uint64_t requests = 0;
+  uint64_t bytes_pushed = 0;  // all frames of push/init requests
+  uint64_t bytes_pulled = 0;  // values frames of pull replies
+  uint64_t errors = 0;
+};
+
+// Takes the values frame of one message's reply into the caller's memory; called by Wait on the
+// waiting thread once the whole ticket succeeded. Owned by the table until then.
+class ReplySink {
+ public:
+  virtual ~ReplySink() = default;
+  virtual void Deliver(Buffer reply) = 0;
+};
+
+class RequestTable {
+ public:
+  // Names a call for error messages ("dense push to table 'mlp'"); built only for errors.
+  using Describe = std::function<std::string(proto::Op op, uint32_t table)>;
+
+  // `num_tables`: versions are kept for table ids below it. `describe` must outlive the table.
+  RequestTable(int timeout_ms, int max_inflight, size_t num_tables, Describe describe);
+
+  // A new ticket for one call; its deadline is now + timeout. A non-OK `immediate` fails it at
+  // once (Wait returns it), as does a stopped table (Aborted).
+  Ticket Open(proto::Op op, uint32_t table, Status immediate = Status::OK()) EXCLUDES(mu_);
+  // Fails `ticket` with `s` (unless it already failed), with the call's description as context.
+  void Fail(Ticket ticket, const Status& s) EXCLUDES(mu_);
+
+  // Registers one message of `ticket` for `server`, waiting while the in-flight window is full.
+  // Returns its request id (never 0), or 0 when the message must not be sent: the ticket already
+  // failed, the table stopped, or the window stayed full until the deadline (the ticket then
+  // fails). `expect_bytes` is the reply's values size; `sink` receives the reply (null: nothing
+  // to deliver); `push_bytes` counts in stats().bytes_pushed.
+  uint64_t Admit(Ticket ticket, int server, size_t expect_bytes, std::unique_ptr<ReplySink> sink,
+                 uint64_t push_bytes) EXCLUDES(mu_);
+  // The transport refused the message `request_id`: it fails its ticket with `s`.
+  void SendFailed(uint64_t request_id, const Status& s) EXCLUDES(mu_);
+
+  // I/O thread: one reply (parsed header, values frame). A reply whose message is no longer
+  // waited for (its ticket finished) is dropped.
+  void OnReply(const proto::Header& header, Buffer values) EXCLUDES(mu_);
+  // I/O thread: a reply whose header does not parse (counted; its request will time out).
+  void OnBadReply() EXCLUDES(mu_);
+
+  // Blocks until every message of `ticket` was answered, or it failed, or its deadline passed
+  // (DeadlineExceeded), or Stop (Aborted); then delivers the replies (when OK) and forgets the
+  // ticket. InvalidArgument for an unknown or already waited ticket.
+  Status Wait(Ticket ticket) EXCLUDES(mu_);
+
+  // Fails every open ticket with Aborted, wakes every waiter; later Opens fail at once. True
+  // the first time (the caller then stops what feeds the table).
+  bool Stop() EXCLUDES(mu_);
+
+  // Highest parameter version any reply for `table` reported (0 for ids past num_tables).
+  uint64_t version(uint32_t table) const EXCLUDES(mu_);
+  ClientStats stats() const EXCLUDES(mu_);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Request {  // one message awaiting its reply
+    Ticket ticket = 0;
+    int server = 0;
+    size_t expect_bytes = 0;
+    std::unique_ptr<ReplySink> sink;
+    Buffer reply;  // the reply's values frame, kept until Wait delivers it
+  };
+  struct TicketState {
+    proto::Op op = proto::OP_UNSPECIFIED;
+    uint32_t table = 0;
+    int remaining = 0;  // messages admitted and not answered
+    Status status;
+    Clock::time_point deadline;
+    std::vector<std::unique_ptr<Request>> arrived;  // answered, with something to deliver
+  };
+
+  void FailLocked(TicketState* t, const Status& s) REQUIRES(mu_);
+  // Forgets the ticket's unanswered requests (late replies are then dropped).
+  void DropPendingLocked(Ticket ticket, TicketState* t) REQUIRES(mu_);
+
+  const int timeout_ms_;
+  const int max_inflight_;
+  const Describe describe_;
+
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled on every reply, failure, freed window slot and Stop
+  uint64_t next_request_id_ GUARDED_BY(mu_) = 1;
+  Ticket next_ticket_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> pending_ GUARDED_BY(mu_);  // by request id
+  std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets_ GUARDED_BY(mu_);
+  int inflight_ GUARDED_BY(mu_) = 0;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> versions_ GUARDED_BY(mu_);  // by table id
+  ClientStats stats_ GUARDED_BY(mu_);
+};
+
+}  // namespace osprey::worker
