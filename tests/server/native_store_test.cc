@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "server/sparse_table.h"
+#include "server/updater.h"
 
 namespace osprey::server {
 namespace {
@@ -61,10 +62,13 @@ TEST(NativeStoreTest, DuplicateKeysInOnePushApplyTwice) {
   StoreTableSpec spec;
   spec.config = SparseConfig(1);
   spec.config.init.type = "zeros";
+  auto updater = Updater::Make(spec.config.optimizer);
+  ASSERT_TRUE(updater.ok());
+  spec.state = (*updater)->state_layout();
   ASSERT_TRUE(store.CreateTable(spec).ok());
   std::vector<uint64_t> keys = {4, 4};
   std::vector<float> g = {1.0f, 2.0f};
-  ASSERT_TRUE(store.PushRows(0, keys.data(), 2, g.data(), ApplyOptions{}).ok());
+  ASSERT_TRUE((*updater)->ApplyRows(&store, 0, keys.data(), 2, 1, g.data(), ApplyOptions{}).ok());
   float out;
   ASSERT_TRUE(store.PullRows(0, keys.data(), 1, &out).ok());
   EXPECT_FLOAT_EQ(out, -0.3f);
@@ -79,6 +83,7 @@ TEST(NativeStoreTest, DenseChunksAndShortLastChunk) {
   spec.config.size = 10;
   spec.config.chunk_floats = 4;
   spec.owned_chunks = {0, 2};
+  spec.state = (*Updater::Make(spec.config.optimizer))->state_layout();
   ASSERT_TRUE(store.CreateTable(spec).ok());
   EXPECT_EQ(store.ChunkFloats(0, 0), 4u);
   EXPECT_EQ(store.ChunkFloats(0, 2), 2u);
