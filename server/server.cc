@@ -315,6 +315,9 @@ Status Server::ExecutePush(const proto::Header& h, const Message& msg, const Dat
   OSPREY_RETURN_IF_ERROR(t.Push(h, msg.keys.as<uint64_t>(), h.num_keys(), r.values, NowUs(), &ack));
   *answered_later = ack.held;
   Release(&t);
+  // The window this push closed failed: its pusher learns it now (under kOnApply the shard has
+  // already answered it).
+  if (!t.failure().ok() && !ack.held) return t.failure();
   if (!had_deadline && t.NextDeadlineUs() != TableShard::kNoDeadline) timer_cv_.Signal();
   scheduler_->AfterPush(NowUs());
   return Status::OK();
