@@ -113,6 +113,7 @@ class Server : private Replier {
     Buffer values;  // pushes: fp32 (a compressed push decoded)
   };
 
+  static int64_t NowUs();  // the steady clock, for windows and checkpoint schedules
   void OnMessage(Message&& msg) EXCLUDES(mu_, work_mu_);
   void Handle(Message&& msg) EXCLUDES(work_mu_);
   // Validates and executes one request; fills reply values. Errors become OP_ERROR replies. A

@@ -121,6 +121,11 @@ namespace osprey::server {
 // Server-wide counters the shards update (read by Server::stats from any thread).
 struct ServerCounters {
   static constexpr int kStalenessBuckets = 16;  // 0: s = 0; i >= 1: s in [2^(i-1), 2^i)
+  static int StalenessBucket(uint64_t s) {
+    if (s == 0) return 0;
+    int b = 64 - __builtin_clzll(s);  // s in [2^(b-1), 2^b)
+    return b < kStalenessBuckets - 1 ? b : kStalenessBuckets - 1;
+  }
   std::atomic<uint64_t> pushes_applied{0};
   std::atomic<uint64_t> pushes_dropped{0};
   std::atomic<uint64_t> rows_dropped{0};  // sparse rows left out by drop_above
