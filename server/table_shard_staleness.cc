@@ -30,12 +30,7 @@ Status TableShard::ReadPushRows(const proto::Header& h, const uint64_t* keys, si
     for (size_t j = 0; j < b.n; ++j) {
       if (weights) std::copy(b.rows[j], b.rows[j] + dim, dc_w_.data() + (b.begin + j) * dim);
       if (!per_row) continue;
-      uint64_t rs = 0;
-      if (const uint64_t* hist = b.history[j]) {
-        while (rs < static_cast<uint64_t>(kRowHistory) && hist[rs] > since) ++rs;
-        if (rs == static_cast<uint64_t>(kRowHistory)) rs = std::max<uint64_t>(rs, s);
-      }
-      row_s_[b.begin + j] = rs;
+      row_s_[b.begin + j] = Updater::RowStaleness(b.history[j], since, s);
     }
     return Status::OK();
   });

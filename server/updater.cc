@@ -83,19 +83,4 @@ Status Updater::ApplyChunks(Store* store, uint32_t table, const uint64_t* chunks
   });
 }
 
-Status Updater::RowStaleness(Store* store, uint32_t table, const uint64_t* keys, size_t n,
-                             uint64_t since, uint64_t cap, uint64_t* out) {
-  return store->VisitRows(table, keys, n, RowAccess::kRead, [&](const RowBlock& b) {
-    for (size_t j = 0; j < b.n; ++j) {
-      uint64_t s = 0;
-      if (const uint64_t* h = b.history[j]) {
-        while (s < static_cast<uint64_t>(kRowHistory) && h[s] > since) ++s;
-        if (s == static_cast<uint64_t>(kRowHistory)) s = std::max<uint64_t>(s, cap);
-      }
-      out[b.begin + j] = s;
-    }
-    return Status::OK();
-  });
-}
-
 }  // namespace osprey::server

@@ -4,7 +4,7 @@
 // only code that interprets the state: it gives the store the state's layout (state_layout, for
 // CreateTable), runs server/optim's batched kernels (Optimizer::ApplyRows) on each RowBlock the
 // store visits, records the step's version in the rows' history, and reads that history back as
-// per-row staleness. So a backend implements storage only, and every backend gets the same
+// per-row staleness (RowStaleness). So a backend implements storage only, and every backend gets the same
 // optimizer results bit for bit.
 //
 // Errors: whatever the store's Visit* returns (a failed block write-back); the optimizer itself
@@ -15,6 +15,7 @@
 // be used (under the server's work lock).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -59,13 +60,17 @@ class Updater {
   Status ApplyChunks(Store* store, uint32_t table, const uint64_t* chunks, size_t n,
                      const float* const* gp, const ApplyOptions& options) const;
 
-  // Per-row staleness: out[i] = the number of steps with a version > `since` that updated the
-  // row of keys[i], from its history: exact below kRowHistory; when every remembered update is
-  // newer than `since` the row was updated at least kRowHistory times and out[i] =
-  // max(kRowHistory, cap) (the caller passes the table's staleness, an upper bound). A row that
-  // does not exist yet, or was restored from a checkpoint (no history), gives 0. Creates nothing.
-  static Status RowStaleness(Store* store, uint32_t table, const uint64_t* keys, size_t n,
-                             uint64_t since, uint64_t cap, uint64_t* out);
+  // Per-row staleness of a row with update history `history` (nullptr: the row does not exist):
+  // the number of steps with a version > `since` that updated it: exact below kRowHistory; when
+  // every remembered update is newer than `since` the row was updated at least kRowHistory times
+  // and the result is max(kRowHistory, cap) (the caller passes the table's staleness, an upper
+  // bound). A row that does not exist yet, or was restored from a checkpoint (no history), gives 0.
+  static uint64_t RowStaleness(const uint64_t* history, uint64_t since, uint64_t cap) {
+    uint64_t s = 0;
+    if (history == nullptr) return s;
+    while (s < static_cast<uint64_t>(kRowHistory) && history[s] > since) ++s;
+    return s == static_cast<uint64_t>(kRowHistory) ? std::max<uint64_t>(s, cap) : s;
+  }
 
  private:
   explicit Updater(std::shared_ptr<const Optimizer> optimizer) : optimizer_(std::move(optimizer)) {}
