@@ -104,8 +104,9 @@ void Server::TimerLoop() {
 }
 
 void Server::Release(TableShard* t) {
+  const bool failed_before = !t->failure().ok();
   Status s = t->Advance(NowUs());
-  if (!s.ok()) OSPREY_LOG_ERROR("{}", s.ToString());
+  if (!s.ok() && !failed_before) OSPREY_LOG_ERROR("{}", s.ToString());  // once, not per tick
 }
 
 void Server::Stop() {
@@ -185,8 +186,9 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   if (r.is_pull) {
     // The shard answers the pull itself, now or when its clock is ready.
     *answered_later = true;
+    const bool failed_before = !r.table->failure().ok();
     Status s = r.table->Pull(h, msg, NowUs());
-    if (!s.ok()) OSPREY_LOG_ERROR("{}", s.ToString());
+    if (!s.ok() && !failed_before) OSPREY_LOG_ERROR("{}", s.ToString());
     return Status::OK();
   }
   if (h.op() == proto::OP_INIT_DENSE) {
