@@ -268,13 +268,13 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMe
   return path;
 }
 
-StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
-                                                  const CheckpointMeta& current, Store* store,
-                                                  RestoreInfo* info) {
+namespace {
+
+// The server count N of the server-R-of-N files in `dir`, every one of 0..N-1 present.
+StatusOr<int> CheckpointFiles(const std::string& dir) {
   if (!std::filesystem::is_directory(dir)) {
     return NotFound("checkpoint directory " + dir + " does not exist or is not a directory");
   }
-  // The files present and the server count they were written with.
   static const std::regex kName(R"(server-(\d+)-of-(\d+)\.ckpt)");
   int n = -1;
   std::vector<bool> seen;
@@ -297,49 +297,64 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
   for (int r = 0; r < n; ++r) {
     if (!seen[r]) return FailedPrecondition("checkpoint " + dir + " lacks " + CheckpointPath(dir, r, n) + "; refusing to restore");
   }
+  return n;
+}
+
+// Whether server current.rank of current.num_servers owns record `key` of `table`.
+bool Owns(const CheckpointMeta& current, uint32_t table, uint64_t key) {
+  const proto::TableSpec& spec = current.tables[table];
+  int owner = spec.type() == proto::TABLE_SPARSE ? ServerForKey(table, key, current.num_servers)
+                                                 : ServerForChunk(table, key, current.num_servers);
+  return owner == current.rank;
+}
+
+// Verifies parsed file f (server r of n) against the running job and this server's layout.
+Status VerifyFile(const ParsedFile& f, int r, int n, const CheckpointMeta& current,
+                  const Store& store) {
+  const proto::CheckpointHeader& h = f.header;
+  if (h.num_servers() != n || h.server_rank() != r) {
+    return FailedPrecondition("checkpoint " + f.path + " says it is server " +
+                              std::to_string(h.server_rank()) + " of " +
+                              std::to_string(h.num_servers()) + "; refusing to restore");
+  }
+  if (h.tables_size() != static_cast<int>(current.tables.size())) {
+    return FailedPrecondition("checkpoint " + f.path + " has " + std::to_string(h.tables_size()) +
+                              " tables, the job has " + std::to_string(current.tables.size()));
+  }
+  for (int t = 0; t < h.tables_size(); ++t) {
+    if (!SameSpec(h.tables(t), current.tables[t]) ||
+        (t < h.optimizers_size() && t < static_cast<int>(current.optimizers.size()) &&
+         h.optimizers(t) != current.optimizers[t])) {
+      return FailedPrecondition("checkpoint " + f.path + ": table " + std::to_string(t) + " ('" +
+                                h.tables(t).name() + "') differs from the job's table '" +
+                                current.tables[t].name() +
+                                "' (name, type, dim, size, chunking or optimizer)");
+    }
+  }
+  return ForEachRecord(f, [&](uint32_t t, uint64_t key, uint32_t floats, const float*) -> Status {
+    if (!Owns(current, t, key)) return Status::OK();
+    size_t want = store.RecordFloats(t, key);
+    if (floats != want) {
+      return FailedPrecondition("checkpoint " + f.path + ": record " + std::to_string(key) +
+                                " of table '" + current.tables[t].name() + "' has " +
+                                std::to_string(floats) + " floats, this server needs " +
+                                std::to_string(want));
+    }
+    return Status::OK();
+  });
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
+                                                  const CheckpointMeta& current, Store* store,
+                                                  RestoreInfo* info) {
+  OSPREY_ASSIGN_OR_RETURN(const int n, CheckpointFiles(dir));
   // Pass 1: read and verify everything; nothing is imported before all files passed.
   std::vector<ParsedFile> files(n);
-  auto owns = [&](uint32_t table, uint64_t key) {
-    const proto::TableSpec& spec = current.tables[table];
-    int owner = spec.type() == proto::TABLE_SPARSE ? ServerForKey(table, key, current.num_servers)
-                                                   : ServerForChunk(table, key, current.num_servers);
-    return owner == current.rank;
-  };
   for (int r = 0; r < n; ++r) {
-    ParsedFile& f = files[r];
-    OSPREY_RETURN_IF_ERROR(ParseFile(CheckpointPath(dir, r, n), &f));
-    const proto::CheckpointHeader& h = f.header;
-    if (h.num_servers() != n || h.server_rank() != r) {
-      return FailedPrecondition("checkpoint " + f.path + " says it is server " +
-                                std::to_string(h.server_rank()) + " of " +
-                                std::to_string(h.num_servers()) + "; refusing to restore");
-    }
-    if (h.tables_size() != static_cast<int>(current.tables.size())) {
-      return FailedPrecondition("checkpoint " + f.path + " has " + std::to_string(h.tables_size()) +
-                                " tables, the job has " + std::to_string(current.tables.size()));
-    }
-    for (int t = 0; t < h.tables_size(); ++t) {
-      if (!SameSpec(h.tables(t), current.tables[t]) ||
-          (t < h.optimizers_size() && t < static_cast<int>(current.optimizers.size()) &&
-           h.optimizers(t) != current.optimizers[t])) {
-        return FailedPrecondition("checkpoint " + f.path + ": table " + std::to_string(t) + " ('" +
-                                  h.tables(t).name() + "') differs from the job's table '" +
-                                  current.tables[t].name() +
-                                  "' (name, type, dim, size, chunking or optimizer)");
-      }
-    }
-    OSPREY_RETURN_IF_ERROR(ForEachRecord(f, [&](uint32_t t, uint64_t key, uint32_t floats,
-                                                const float*) -> Status {
-      if (!owns(t, key)) return Status::OK();
-      size_t want = store->RecordFloats(t, key);
-      if (floats != want) {
-        return FailedPrecondition("checkpoint " + f.path + ": record " + std::to_string(key) +
-                                  " of table '" + current.tables[t].name() + "' has " +
-                                  std::to_string(floats) + " floats, this server needs " +
-                                  std::to_string(want));
-      }
-      return Status::OK();
-    }));
+    OSPREY_RETURN_IF_ERROR(ParseFile(CheckpointPath(dir, r, n), &files[r]));
+    OSPREY_RETURN_IF_ERROR(VerifyFile(files[r], r, n, current, *store));
   }
   // Pass 2: import what this server owns.
   if (info != nullptr) {
@@ -358,7 +373,7 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
     }
     OSPREY_RETURN_IF_ERROR(ForEachRecord(f, [&](uint32_t t, uint64_t key, uint32_t floats,
                                                 const float* data) -> Status {
-      return owns(t, key) ? store->ImportRecord(t, key, data, floats) : Status::OK();
+      return Owns(current, t, key) ? store->ImportRecord(t, key, data, floats) : Status::OK();
     }));
   }
   return versions;

@@ -2,8 +2,8 @@
 //
 // Keys are sparse row ids (every entry `dim` floats) or dense chunk ids (each entry as wide as its
 // chunk). keys() holds the distinct keys in first-seen order; Gradients() gives, per key, a
-// pointer to its summed gradient, which is what Store::PushRows / PushChunks (pointer form) take,
-// so a closed window is one Store call.
+// pointer to its summed gradient, which is what Updater::ApplyRows / ApplyChunks (pointer form)
+// take, so a closed window is one Updater call.
 //
 // Entries are kept by reference where possible: a key added once points at the floats it was
 // added with (AddRef: the caller keeps them alive and unchanged until Clear(), e.g. by Hold()ing

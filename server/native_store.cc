@@ -20,9 +20,8 @@ namespace osprey::server {
 // sending -- moves the table to a fresh copy first, so a view never changes under its holder.
 class DenseTable {
  public:
-  DenseTable(const config::TableConfig& cfg, std::unique_ptr<Optimizer> optimizer,
-             std::vector<uint64_t> owned)
-      : size_(cfg.size), chunk_floats_(cfg.chunk_floats), optimizer_(std::move(optimizer)) {
+  DenseTable(const config::TableConfig& cfg, const StateLayout& state, std::vector<uint64_t> owned)
+      : size_(cfg.size), chunk_floats_(cfg.chunk_floats) {
     std::sort(owned.begin(), owned.end());
     owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
     size_t offset = 0;
@@ -30,8 +29,8 @@ class DenseTable {
       Chunk& ch = chunks_[c];
       ch.offset = offset;
       ch.floats = ChunkFloats(c);
-      ch.state.resize(optimizer_->state_floats(ch.floats));
-      optimizer_->InitState(ch.state.data(), ch.floats);
+      ch.state.resize(state.floats(ch.floats));
+      state.init(ch.state.data(), ch.floats);
       offset += ch.floats;
     }
     block_ = Buffer::Allocate(offset * sizeof(float));
@@ -83,7 +82,22 @@ class DenseTable {
     *out = block_.Slice(first->offset * sizeof(float), (end - first->offset) * sizeof(float));
     return true;
   }
-  const Optimizer& optimizer() const { return *optimizer_; }
+  // Store::VisitChunks: the chunks' weights (unshared first) and state, in one block.
+  Status Visit(const uint64_t* chunks, size_t n, const ChunkBlockFn& fn) {
+    weights_.resize(n);
+    state_.resize(n);
+    floats_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      Chunk* c = Get(chunks[i]);
+      if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
+      // The first Weights() unshares the block; later ones find it unshared, so every pointer
+      // taken here stays valid for the callback.
+      weights_[i] = Weights(*c);
+      state_[i] = c->state.data();
+      floats_[i] = c->floats;
+    }
+    return fn(ChunkBlock{n, chunks, weights_.data(), state_.data(), floats_.data()});
+  }
   // fn(chunk id, chunk) for every owned chunk, in chunk order; stops at the first error.
   template <typename Fn>
   Status ForEachChunk(Fn&& fn) const {
@@ -97,16 +111,19 @@ class DenseTable {
  private:
   const uint64_t size_;
   const uint64_t chunk_floats_;
-  const std::unique_ptr<Optimizer> optimizer_;
   std::unordered_map<uint64_t, Chunk> chunks_;
   Buffer block_;  // the owned chunks' weights; shared with the views handed out
+  std::vector<float*> weights_, state_;  // Visit's scratch
+  std::vector<size_t> floats_;
 };
 
 NativeStore::NativeStore() = default;
 NativeStore::~NativeStore() = default;
 
 Status NativeStore::CreateTable(const StoreTableSpec& spec) {
-  OSPREY_ASSIGN_OR_RETURN(auto optimizer, Optimizer::Make(spec.config.optimizer));
+  if (!spec.state.floats || !spec.state.init) {
+    return Internal("table id " + std::to_string(spec.id) + " has no state layout");
+  }
   if (spec.id >= sparse_.size()) {
     sparse_.resize(spec.id + 1);
     dense_.resize(spec.id + 1);
@@ -116,10 +133,9 @@ Status NativeStore::CreateTable(const StoreTableSpec& spec) {
   }
   if (spec.config.type == config::TableType::kSparse) {
     sparse_[spec.id] = std::make_unique<SparseTable>(spec.id, spec.config.dim, spec.config.init,
-                                                     std::move(optimizer));
+                                                     spec.state);
   } else {
-    dense_[spec.id] = std::make_unique<DenseTable>(spec.config, std::move(optimizer),
-                                                   spec.owned_chunks);
+    dense_[spec.id] = std::make_unique<DenseTable>(spec.config, spec.state, spec.owned_chunks);
   }
   return Status::OK();
 }
@@ -139,20 +155,11 @@ Status NativeStore::PullRows(uint32_t table, const uint64_t* keys, size_t n, flo
   return Status::OK();
 }
 
-Status NativeStore::PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
-                             const RowUpdate& update) {
+Status NativeStore::VisitRows(uint32_t table, const uint64_t* keys, size_t n, RowAccess access,
+                              const RowBlockFn& fn) {
   SparseTable* t = sparse(table);
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
-  t->Push(keys, n, grads, update);
-  return Status::OK();
-}
-
-Status NativeStore::PushRows(uint32_t table, const uint64_t* keys, size_t n,
-                             const float* const* grads, const RowUpdate& update) {
-  SparseTable* t = sparse(table);
-  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
-  t->Push(keys, n, grads, update);
-  return Status::OK();
+  return t->Visit(keys, n, access, fn);
 }
 
 Status NativeStore::FindOrCreateRowIds(uint32_t table, const uint64_t* keys, size_t n,
@@ -163,23 +170,14 @@ Status NativeStore::FindOrCreateRowIds(uint32_t table, const uint64_t* keys, siz
   return Status::OK();
 }
 
-Status NativeStore::PushRowsById(uint32_t table, const uint32_t* ids, size_t n,
-                                 const float* const* grads, const RowUpdate& update) {
+Status NativeStore::VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
+                                  const RowBlockFn& fn) {
   SparseTable* t = sparse(table);
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
   if (n > 0 && *std::max_element(ids, ids + n) >= t->num_rows()) {
     return Internal("row id out of range in table " + std::to_string(table));
   }
-  t->PushIds(ids, n, grads, update);
-  return Status::OK();
-}
-
-Status NativeStore::RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
-                                 uint64_t cap, uint64_t* out) const {
-  SparseTable* t = sparse(table);
-  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
-  t->Staleness(keys, n, since, cap, out);
-  return Status::OK();
+  return t->VisitIds(ids, n, fn);
 }
 
 Status NativeStore::PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) {
@@ -199,29 +197,11 @@ bool NativeStore::PullChunksView(uint32_t table, const uint64_t* chunks, size_t 
   return t != nullptr && t->View(chunks, n, out);
 }
 
-Status NativeStore::PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
-                               const float* grads, const ApplyOptions& options) {
+Status NativeStore::VisitChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                                const ChunkBlockFn& fn) {
   DenseTable* t = dense(table);
   if (t == nullptr) return Internal("no dense table " + std::to_string(table));
-  for (size_t i = 0; i < n; ++i) {
-    DenseTable::Chunk* c = t->Get(chunks[i]);
-    if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
-    t->optimizer().Apply(t->Weights(*c), c->state.data(), grads, c->floats, options);
-    grads += c->floats;
-  }
-  return Status::OK();
-}
-
-Status NativeStore::PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
-                               const float* const* grads, const ApplyOptions& options) {
-  DenseTable* t = dense(table);
-  if (t == nullptr) return Internal("no dense table " + std::to_string(table));
-  for (size_t i = 0; i < n; ++i) {
-    DenseTable::Chunk* c = t->Get(chunks[i]);
-    if (c == nullptr) return Internal("chunk " + std::to_string(chunks[i]) + " not owned");
-    t->optimizer().Apply(t->Weights(*c), c->state.data(), grads[i], c->floats, options);
-  }
-  return Status::OK();
+  return t->Visit(chunks, n, fn);
 }
 
 Status NativeStore::InitChunks(uint32_t table, const uint64_t* chunks, size_t n,

@@ -29,25 +29,19 @@ class NativeStore : public Store {
 
   Status CreateTable(const StoreTableSpec& spec) override;
   Status PullRows(uint32_t table, const uint64_t* keys, size_t n, float* out) override;
-  Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
-                  const RowUpdate& update) override;
-  Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* const* grads,
-                  const RowUpdate& update) override;
+  Status VisitRows(uint32_t table, const uint64_t* keys, size_t n, RowAccess access,
+                   const RowBlockFn& fn) override;
   bool has_row_ids(uint32_t table) const override { return sparse(table) != nullptr; }
   Status FindOrCreateRowIds(uint32_t table, const uint64_t* keys, size_t n,
                             uint32_t* ids) override;
-  Status PushRowsById(uint32_t table, const uint32_t* ids, size_t n, const float* const* grads,
-                      const RowUpdate& update) override;
-  Status RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
-                      uint64_t cap, uint64_t* out) const override;
+  Status VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
+                       const RowBlockFn& fn) override;
   Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
   // True when the chunks are owned, distinct and consecutive in chunk-id order (a client's whole
   // route to this server is): dense weights are stored that way, copy-on-write.
   bool PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) override;
-  Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
-                    const ApplyOptions& options) override;
-  Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* const* grads,
-                    const ApplyOptions& options) override;
+  Status VisitChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                     const ChunkBlockFn& fn) override;
   Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
                     const float* values) override;
   Status ExportRecords(uint32_t table, const RecordVisitor& visit) const override;

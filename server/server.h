@@ -11,31 +11,34 @@
 // is counted in stats().bad_requests; nothing of it is applied and the server keeps serving.
 //
 // Pushes are merged into per-table merge windows and applied as one optimizer step when the
-// window closes; pulls may be held until their clock is ready (bsp / ssp). The rules are in
-// table_shard.h. A held pull is answered later, from whichever thread closed the window.
+// window closes; pulls may be held until their clock is ready (bsp / ssp). The rules, and what a
+// pusher sees when a window's apply fails, are in table_shard.h. Each TableShard answers its own
+// held pulls and held push acks through the Server's Replier side, from whichever thread closed
+// the window. Checkpoints are scheduled by a CheckpointScheduler (checkpoint_scheduler.h).
 //
 // Threading: requests are handled on the transport's I/O thread. All Store and TableShard work
 // happens under work_mu_, so the Store is used by one thread at a time: the I/O thread, the timer
 // thread (started by Activate only when a table has a merge_window_us) and callers of
-// SetLiveWorkers (the heartbeat thread). Transport::Send is thread-safe. Listen, Activate,
-// SetLiveWorkers, Stop and stats may be called from any thread.
+// SetLiveWorkers (the heartbeat thread). Transport::Send is thread-safe, so Reply may run on any
+// of them. Every method may be called from any thread. Lock order: mu_ before work_mu_.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/config/table_config.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/transport.h"
 #include "proto/wire.h"
+#include "server/checkpoint_scheduler.h"
 #include "server/codec_decode.h"
+#include "server/replier.h"
 #include "server/store.h"
 #include "server/table_shard.h"
 
@@ -59,124 +62,110 @@ struct ServerStatsSnapshot {
   std::vector<uint64_t> staleness;
 };
 
-class Server {
+class Server : private Replier {
  public:
   Server(std::unique_ptr<Transport> transport, std::unique_ptr<Store> store);
-  ~Server();
+  ~Server() override;
 
   // Binds `endpoint` and starts serving (holding requests until Activate). Returns the bound
   // endpoint. Errors from Transport::Listen/Start.
-  StatusOr<std::string> Listen(const std::string& endpoint);
+  StatusOr<std::string> Listen(const std::string& endpoint) EXCLUDES(mu_, work_mu_);
 
   // Creates the tables of `tables` (same order as map.tables()) for server `rank` of the map and
   // serves held requests. InvalidArgument when the map and the tables disagree.
   Status Activate(int rank, const proto::ShardMap& map,
-                  const std::vector<config::TableConfig>& tables);
+                  const std::vector<config::TableConfig>& tables) EXCLUDES(mu_, work_mu_);
 
   // The ranks of the live workers (from the coordinator's ClusterState). bsp windows and ssp
   // bounds count only these, so a dead worker no longer holds the others. Until the first call
-  // every worker that sent a request counts. Thread-safe; may be called before Activate.
-  void SetLiveWorkers(std::vector<int> ranks);
+  // every worker that sent a request counts. May be called before Activate.
+  void SetLiveWorkers(std::vector<int> ranks) EXCLUDES(work_mu_);
 
-  // Checkpoints (server/checkpoint.h). Call before Activate. With `checkpoint.dir` set the server
-  // writes its file there every `every_steps` and every `every_seconds` (checked after each
-  // push). every_steps: when the server holds a bsp table, at the bsp clocks D = k * every_steps
-  // (a consistent cut: every server saves at done() == D of its bsp tables, which wait for the
-  // save before closing clock D); otherwise every every_steps optimizer steps of the busiest
-  // table. every_seconds is always a per-server snapshot.
-  // OP_CHECKPOINT writes one on demand: with header clock 0 (or no bsp table) at once; with
-  // header clock D > 0 and a bsp table, the reply (the file path) comes when the cut at D is
-  // taken, or an error at once when this server already closed clock D (the caller picks a
-  // later D). A cut whose clock is never reached (the job ended) is never answered.
-  void SetCheckpointConfig(const config::CheckpointConfig& checkpoint);
+  // Checkpoints: the rules are CheckpointScheduler's (checkpoint_scheduler.h). Call before
+  // Activate. OP_CHECKPOINT writes one on demand: with header clock 0 (or no bsp table) at once;
+  // with header clock D > 0 and a bsp table, when the cut at D is taken.
+  void SetCheckpointConfig(const config::CheckpointConfig& checkpoint) EXCLUDES(work_mu_);
   // Activate restores the checkpoint in `dir` (any server count) before serving anything; a bad
   // checkpoint makes Activate fail with nothing loaded. Logs "server R restored checkpoint DIR
   // (N files, clock C): versions [..]".
-  void SetRestoreDir(const std::string& dir);
+  void SetRestoreDir(const std::string& dir) EXCLUDES(work_mu_);
   // Writes this server's checkpoint file into `dir` now (a per-server snapshot, clock 0);
-  // returns its path. Thread-safe.
-  StatusOr<std::string> Checkpoint(const std::string& dir);
+  // returns its path.
+  StatusOr<std::string> Checkpoint(const std::string& dir) EXCLUDES(work_mu_);
   // The versions each table started from (restored, else 0), by table id. After Activate.
-  std::vector<uint64_t> restored_versions();
+  std::vector<uint64_t> restored_versions() EXCLUDES(work_mu_);
+  // Requests received before Activate and not served yet (held).
+  size_t num_early_requests() EXCLUDES(mu_);
 
-  // Stops the transport and the timer thread; held pulls are dropped unanswered.
-  void Stop();
+  // Stops the transport and the timer thread; held pulls and acks are dropped unanswered.
+  void Stop() EXCLUDES(work_mu_);
 
   ServerStatsSnapshot stats() const;
-  int rank() const { return rank_; }
+  int rank() const { return rank_.load(std::memory_order_acquire); }
   // Compressed pushes decoded so far (frames, bytes, time); readable from any thread.
   const DecodeStats& decode_stats() const { return decode_stats_; }
 
  private:
-  void OnMessage(Message&& msg);
-  void Handle(Message&& msg);
-  // Validates and executes one request; fills reply values. Errors become OP_ERROR replies. A pull
-  // whose clock is not ready sets *held and gets no reply now. Called under work_mu_.
+  // A validated data request: its table and, for pushes, the values as fp32.
+  struct DataRequest {
+    TableShard* table = nullptr;
+    bool is_pull = false;
+    Buffer values;  // pushes: fp32 (a compressed push decoded)
+  };
+
+  static int64_t NowUs();  // the steady clock, for windows and checkpoint schedules
+  void OnMessage(Message&& msg) EXCLUDES(mu_, work_mu_);
+  void Handle(Message&& msg) EXCLUDES(work_mu_);
+  // Validates and executes one request; fills reply values. Errors become OP_ERROR replies. A
+  // request answered later (a held pull, a held push ack, a bsp cut) sets *answered_later.
   Status Execute(const proto::Header& h, const Message& msg, proto::Header* reply, Buffer* values,
-                 bool* held);
-  // A sparse pull's codec asks for its rows as fp16 or bf16 (common/codec/row_cast.h):
-  // InvalidArgument unless codec and value type name one of those and codec_count is the rows'
-  // float count.
-  Status ValidatePullCast(const proto::Header& h, const TableShard& t) const;
-  Status ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,
-                   Buffer* values);
-  Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t);
-  // Closes due windows of `t` and answers the pulls that became ready. Called under work_mu_.
-  void Release(TableShard* t);
-  void TimerLoop();
-  StatusOr<std::string> CheckpointLocked(const std::string& dir, int64_t clock = 0);
-  // bsp cuts (see SetCheckpointConfig). Called under work_mu_.
-  Status RequestCut(const proto::Header& h, PeerId peer, const std::string& dir);
-  void ArmCut();
-  bool CutReached(int64_t clock, bool periodic) const;
-  void MaybeTakeCut();
-  int64_t BspClock() const;
-  // Activate's restore from restore_dir_ (if set) and the periodic-checkpoint counters.
-  Status RestoreLocked(const proto::ShardMap& map);
-  // Periodic checkpoints (every_steps / every_seconds). Called under work_mu_ after a push.
-  void MaybeCheckpoint();
-  void Reply(PeerId peer, const proto::Header& header, Buffer values);
-  void ReplyError(PeerId peer, const proto::Header& request, const Status& status);
+                 bool* answered_later) REQUIRES(work_mu_);
+  Status ExecuteStats(Buffer* values) REQUIRES(work_mu_);
+  Status ExecuteCheckpoint(const proto::Header& h, const Message& msg, proto::Header* reply,
+                           Buffer* values, bool* answered_later) REQUIRES(work_mu_);
+  Status ExecutePush(const proto::Header& h, const Message& msg, const DataRequest& r,
+                     proto::Header* reply, bool* answered_later) REQUIRES(work_mu_);
+  // Every check of a pull / push / init before anything is applied (server/request_checks.h).
+  Status ValidateData(const proto::Header& h, const Message& msg, DataRequest* r)
+      REQUIRES(work_mu_);
+  // Closes due windows of `t` and answers what became answerable; logs a failed apply.
+  void Release(TableShard* t) REQUIRES(work_mu_);
+  void TimerLoop() EXCLUDES(work_mu_);
+  StatusOr<std::string> CheckpointLocked(const std::string& dir, int64_t clock = 0)
+      REQUIRES(work_mu_);
+  // Activate's table creation, restore from restore_dir_ (if set) and checkpoint scheduling.
+  Status CreateTables(const proto::ShardMap& map, const std::vector<config::TableConfig>& tables,
+                      bool* timer) REQUIRES(work_mu_);
+  Status RestoreLocked(const proto::ShardMap& map) REQUIRES(work_mu_);
+  // Replier.
+  void Reply(PeerId peer, const proto::Header& header, Buffer values) override;
+  void ReplyError(PeerId peer, const proto::Header& request, const Status& status) override;
 
   std::unique_ptr<Transport> transport_;
-  std::unique_ptr<Store> store_;
+  const std::unique_ptr<Store> store_ PT_GUARDED_BY(work_mu_);
 
-  std::mutex mu_;  // guards active_ and held_ (the hand-over between Listen and Activate)
-  bool active_ = false;
-  std::deque<Message> held_;
+  Mutex mu_;  // the hand-over between Listen and Activate
+  bool active_ GUARDED_BY(mu_) = false;
+  std::deque<Message> held_ GUARDED_BY(mu_);
 
-  // Written by Activate before active_ is set (under mu_), read-only afterwards on the I/O thread.
-  int rank_ = -1;
-  uint64_t epoch_ = 0;
-  int num_servers_ = 0;
-
-  // Every Store and TableShard call; see "Threading" above. Taken after mu_ when both are held.
-  std::mutex work_mu_;
-  std::vector<std::unique_ptr<TableShard>> tables_;  // GUARDED_BY(work_mu_) after Activate
-  std::vector<int> live_;                            // GUARDED_BY(work_mu_)
-  bool live_known_ = false;                          // GUARDED_BY(work_mu_)
-  bool stopping_ = false;                            // GUARDED_BY(work_mu_)
-  std::condition_variable timer_cv_;
+  // Every Store and TableShard call; see "Threading" above.
+  mutable Mutex work_mu_;
+  std::atomic<int> rank_{-1};  // written once by Activate
+  uint64_t epoch_ GUARDED_BY(work_mu_) = 0;
+  int num_servers_ GUARDED_BY(work_mu_) = 0;
+  std::vector<std::unique_ptr<TableShard>> tables_ GUARDED_BY(work_mu_);
+  std::vector<int> live_ GUARDED_BY(work_mu_);
+  bool live_known_ GUARDED_BY(work_mu_) = false;
+  bool stopping_ GUARDED_BY(work_mu_) = false;
+  CondVar timer_cv_;
   std::thread timer_;
 
   ServerCounters counters_;
-  config::CheckpointConfig checkpoint_;                 // set before Activate
-  std::string restore_dir_;                             // set before Activate
-  std::vector<config::TableConfig> table_configs_;      // GUARDED_BY(work_mu_)
-  uint64_t next_checkpoint_step_ = 0;                   // GUARDED_BY(work_mu_)
-  struct CutWaiter {
-    PeerId peer;
-    proto::Header request;
-    std::string dir;
-  };
-  struct Cut {
-    bool periodic = false;
-    std::vector<CutWaiter> waiters;
-  };
-  std::map<int64_t, Cut> cuts_;                         // GUARDED_BY(work_mu_), by clock
-  bool has_bsp_ = false;                                // set by Activate
-  std::vector<uint64_t> restored_versions_;             // GUARDED_BY(work_mu_)
-  int64_t last_checkpoint_us_ = 0;                      // GUARDED_BY(work_mu_)
+  config::CheckpointConfig checkpoint_ GUARDED_BY(work_mu_);
+  std::string restore_dir_ GUARDED_BY(work_mu_);
+  std::vector<config::TableConfig> table_configs_ GUARDED_BY(work_mu_);
+  std::unique_ptr<CheckpointScheduler> scheduler_ GUARDED_BY(work_mu_);  // from Activate
+  std::vector<uint64_t> restored_versions_ GUARDED_BY(work_mu_);
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> bad_requests_{0};
   std::atomic<uint64_t> bytes_in_{0};

@@ -66,6 +66,76 @@ osprey::proto::ServerReport MakeServerReport(int rank, const osprey::server::Ser
   return r;
 }
 
+using namespace osprey;  // NOLINT: this file's helpers, as main
+
+StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* coord,
+                                              const std::string& endpoint, int timeout_ms) {
+  proto::RegisterRequest req;
+  req.set_role(proto::ROLE_SERVER);
+  req.set_endpoint(endpoint);
+  req.set_host("localhost");
+  req.set_pid(getpid());
+  req.set_requested_rank(-1);
+  req.set_sends_server_report(true);
+  return coord->Register(req, timeout_ms);
+}
+
+// Heartbeats that keep the server's live-worker set current and end the loop in main.
+coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, int rank,
+                                         server::Server* srv, std::atomic<bool>* finished,
+                                         std::atomic<bool>* lost) {
+  coordinator::HeartbeatOptions hb;
+  hb.interval_ms = cluster.heartbeat_interval_ms;
+  hb.timeout_ms = cluster.heartbeat_timeout_ms;
+  hb.fill = [rank] {
+    proto::Heartbeat h;
+    h.set_role(proto::ROLE_SERVER);
+    h.set_rank(rank);
+    return h;
+  };
+  hb.on_state = [srv, finished](const proto::ClusterState& st) {
+    if (st.shutting_down()) finished->store(true);
+    // bsp windows and ssp bounds wait only for live workers: a dead one releases them.
+    std::vector<int> live;
+    for (const proto::NodeState& n : st.nodes()) {
+      if (n.role() == proto::ROLE_WORKER && n.alive()) live.push_back(n.rank());
+    }
+    if (!st.nodes().empty()) srv->SetLiveWorkers(std::move(live));
+  };
+  hb.on_lost = [lost](const Status& why) {
+    OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
+    lost->store(true);
+  };
+  return hb;
+}
+
+void LogFinalStats(int rank, const server::ServerStatsSnapshot& st, const server::DecodeStats& ds) {
+  OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad), {} pushes applied, {} MB in, {} MB out",
+                  rank, st.requests, st.bad_requests, st.pushes_applied, st.bytes_in >> 20,
+                  st.bytes_out >> 20);
+  std::string hist;
+  for (size_t i = 0; i < st.staleness.size(); ++i) {
+    if (st.staleness[i] == 0) continue;
+    hist += (hist.empty() ? "" : ", ") +
+            (i == 0 ? std::string("0") : "[" + std::to_string(1ull << (i - 1)) + "," +
+                                             std::to_string(1ull << i) + ")") +
+            ": " + std::to_string(st.staleness[i]);
+  }
+  OSPREY_LOG_INFO("server {}: {} optimizer steps, {} pulls held, {} pushes dropped, {} rows "
+                  "dropped, {} rows skipped; push staleness (sparse rows, dense pushes) {{{}}}",
+                  rank, st.windows_applied, st.pulls_held, st.pushes_dropped, st.rows_dropped,
+                  st.rows_skipped, hist);
+  if (st.dc_compensated + st.dc_uncompensated > 0) {
+    OSPREY_LOG_INFO("server {}: DC-ASGD compensated {} rows/chunks, {} pushed without a "
+                    "remembered pull", rank, st.dc_compensated, st.dc_uncompensated);
+  }
+  if (ds.frames.load() > 0) {
+    OSPREY_LOG_INFO("server {} decoded {} compressed pushes: {} -> {} B in {:.1f} ms", rank,
+                    ds.frames.load(), ds.bytes_encoded.load(), ds.bytes_decoded.load(),
+                    ds.decode_nanos.load() / 1e6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,14 +173,7 @@ int main(int argc, char** argv) {
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
-  proto::RegisterRequest req;
-  req.set_role(proto::ROLE_SERVER);
-  req.set_endpoint(*bound);
-  req.set_host("localhost");
-  req.set_pid(getpid());
-  req.set_requested_rank(-1);
-  req.set_sends_server_report(true);
-  auto reg = (*coord)->Register(req, job->cluster.startup_timeout_ms);
+  auto reg = RegisterServer(coord->get(), *bound, job->cluster.startup_timeout_ms);
   if (!reg.ok()) return Fail(reg.status(), "register");
   // Every worker is live at the start (all registered before the reply); heartbeats update it.
   std::vector<int> workers(static_cast<size_t>(std::max(0, reg->num_workers())));
@@ -124,60 +187,16 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> finished{false};
   std::atomic<bool> lost{false};
-  coordinator::HeartbeatOptions hb;
-  hb.interval_ms = job->cluster.heartbeat_interval_ms;
-  hb.timeout_ms = job->cluster.heartbeat_timeout_ms;
-  int rank = reg->rank();
-  hb.fill = [rank] {
-    proto::Heartbeat h;
-    h.set_role(proto::ROLE_SERVER);
-    h.set_rank(rank);
-    return h;
-  };
-  hb.on_state = [&](const proto::ClusterState& st) {
-    if (st.shutting_down()) finished.store(true);
-    // bsp windows and ssp bounds wait only for live workers: a dead one releases them.
-    std::vector<int> live;
-    for (const proto::NodeState& n : st.nodes()) {
-      if (n.role() == proto::ROLE_WORKER && n.alive()) live.push_back(n.rank());
-    }
-    if (!st.nodes().empty()) srv.SetLiveWorkers(std::move(live));
-  };
-  hb.on_lost = [&](const Status& why) {
-    OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
-    lost.store(true);
-  };
+  const int rank = reg->rank();
+  coordinator::HeartbeatOptions hb = Heartbeats(job->cluster, rank, &srv, &finished, &lost);
   s = (*coord)->StartHeartbeats(hb);
   if (!s.ok()) return Fail(s, "heartbeats");
   while (!finished.load() && !lost.load() && !g_stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   server::ServerStatsSnapshot st = srv.stats();
-  OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad), {} pushes applied, {} MB in, {} MB out",
-                  rank, st.requests, st.bad_requests, st.pushes_applied, st.bytes_in >> 20,
-                  st.bytes_out >> 20);
-  std::string hist;
-  for (size_t i = 0; i < st.staleness.size(); ++i) {
-    if (st.staleness[i] == 0) continue;
-    hist += (hist.empty() ? "" : ", ") +
-            (i == 0 ? std::string("0") : "[" + std::to_string(1ull << (i - 1)) + "," +
-                                             std::to_string(1ull << i) + ")") +
-            ": " + std::to_string(st.staleness[i]);
-  }
-  OSPREY_LOG_INFO("server {}: {} optimizer steps, {} pulls held, {} pushes dropped, {} rows "
-                  "dropped, {} rows skipped; push staleness (sparse rows, dense pushes) {{{}}}",
-                  rank, st.windows_applied, st.pulls_held, st.pushes_dropped, st.rows_dropped,
-                  st.rows_skipped, hist);
-  if (st.dc_compensated + st.dc_uncompensated > 0) {
-    OSPREY_LOG_INFO("server {}: DC-ASGD compensated {} rows/chunks, {} pushed without a "
-                    "remembered pull", rank, st.dc_compensated, st.dc_uncompensated);
-  }
   const server::DecodeStats& ds = srv.decode_stats();
-  if (ds.frames.load() > 0) {
-    OSPREY_LOG_INFO("server {} decoded {} compressed pushes: {} -> {} B in {:.1f} ms", rank,
-                    ds.frames.load(), ds.bytes_encoded.load(), ds.bytes_decoded.load(),
-                    ds.decode_nanos.load() / 1e6);
-  }
+  LogFinalStats(rank, st, ds);
   if (finished.load() && !lost.load()) {
     // The coordinator waits for this (at most heartbeat_timeout_ms after it began shutting
     // down), so waiting longer than that for the reply is pointless.

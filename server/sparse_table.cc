@@ -20,15 +20,27 @@ inline float UnitFloat(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f 
 }  // namespace
 
 SparseTable::SparseTable(uint32_t table_id, int dim, const config::InitConfig& init,
-                         std::unique_ptr<Optimizer> optimizer)
+                         StateLayout state)
     : table_id_(table_id),
       dim_(dim),
-      row_floats_(dim + optimizer->state_floats(dim)),
+      row_floats_(dim + state.floats(dim)),
       init_(init),
-      optimizer_(std::move(optimizer)) {
+      state_(std::move(state)) {
   slots_.assign(1024, Slot{0, kEmpty});
   mask_ = slots_.size() - 1;
 }
+
+namespace {
+StateLayout LayoutOf(std::unique_ptr<Optimizer> optimizer) {
+  std::shared_ptr<const Optimizer> opt(std::move(optimizer));
+  return StateLayout{[opt](size_t w) { return opt->state_floats(w); },
+                     [opt](float* s, size_t w) { opt->InitState(s, w); }};
+}
+}  // namespace
+
+SparseTable::SparseTable(uint32_t table_id, int dim, const config::InitConfig& init,
+                         std::unique_ptr<Optimizer> optimizer)
+    : SparseTable(table_id, dim, init, LayoutOf(std::move(optimizer))) {}
 
 uint64_t SparseTable::Hash(uint64_t key) { return Mix64(key); }
 
@@ -59,7 +71,7 @@ uint32_t SparseTable::NewRow(uint64_t key) {
   }
   float* p = RowPtr(row);
   InitialWeights(key, p);
-  optimizer_->InitState(p + dim_, dim_);
+  state_.init(p + dim_, dim_);
   ++num_rows_;
   return row;
 }
@@ -118,39 +130,24 @@ void SparseTable::Pull(const uint64_t* keys, size_t n, float* out) {
   }
 }
 
-void SparseTable::Push(const uint64_t* keys, size_t n, const float* grads,
-                       const RowUpdate& update) {
-  PushImpl(keys, n, grads, nullptr, update);
-}
-
-void SparseTable::Push(const uint64_t* keys, size_t n, const float* const* grads,
-                       const RowUpdate& update) {
-  PushImpl(keys, n, nullptr, grads, update);
-}
-
-void SparseTable::PushImpl(const uint64_t* keys, size_t n, const float* g, const float* const* gp,
-                           const RowUpdate& update) {
-  // Resolve a batch of rows (hash lookups with the two-stage prefetch), then hand the batch to
-  // the optimizer in one call, which prefetches the rows' full lines ahead of the arithmetic.
-  constexpr size_t kBatch = 64;
-  float* rows[kBatch];
-  for (size_t b = 0; b < n; b += kBatch) {
-    const size_t m = std::min(kBatch, n - b);
+Status SparseTable::Visit(const uint64_t* keys, size_t n, RowAccess access,
+                          const RowBlockFn& fn) {
+  const bool create = access != RowAccess::kRead;
+  float* rows[kRowBlockRows];
+  uint64_t* hist[kRowBlockRows];
+  for (size_t b = 0; b < n; b += kRowBlockRows) {
+    const size_t m = std::min(kRowBlockRows, n - b);
     for (size_t j = 0; j < m; ++j) {
       const size_t i = b + j;
       if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
-      if (i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
-      const uint32_t row = FindOrCreateIndex(keys[i]);
-      rows[j] = RowPtr(row);
-      RecordUpdate(row, update.version);
+      if (create && i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
+      const uint32_t row = create ? FindOrCreateIndex(keys[i]) : FindIndex(keys[i]);
+      rows[j] = row == kEmpty ? nullptr : RowPtr(row);
+      hist[j] = row == kEmpty ? nullptr : HistoryPtr(row);
     }
-    const ApplyOptions* per_row = update.row_options ? update.row_options + b : nullptr;
-    if (gp != nullptr) {
-      optimizer_->ApplyRows(rows, gp + b, m, dim_, update.options, per_row);
-    } else {
-      optimizer_->ApplyRows(rows, g + b * dim_, m, dim_, update.options, per_row);
-    }
+    OSPREY_RETURN_IF_ERROR(fn(RowBlock{b, m, rows, hist}));
   }
+  return Status::OK();
 }
 
 void SparseTable::FindOrCreateIds(const uint64_t* keys, size_t n, uint32_t* ids) {
@@ -160,35 +157,18 @@ void SparseTable::FindOrCreateIds(const uint64_t* keys, size_t n, uint32_t* ids)
   }
 }
 
-void SparseTable::PushIds(const uint32_t* ids, size_t n, const float* const* grads,
-                          const RowUpdate& update) {
-  constexpr size_t kBatch = 64;
-  float* rows[kBatch];
-  for (size_t b = 0; b < n; b += kBatch) {
-    const size_t m = std::min(kBatch, n - b);
+Status SparseTable::VisitIds(const uint32_t* ids, size_t n, const RowBlockFn& fn) {
+  float* rows[kRowBlockRows];
+  uint64_t* hist[kRowBlockRows];
+  for (size_t b = 0; b < n; b += kRowBlockRows) {
+    const size_t m = std::min(kRowBlockRows, n - b);
     for (size_t j = 0; j < m; ++j) {
-      const uint32_t row = ids[b + j];
-      rows[j] = RowPtr(row);
-      RecordUpdate(row, update.version);
+      rows[j] = RowPtr(ids[b + j]);
+      hist[j] = HistoryPtr(ids[b + j]);
     }
-    optimizer_->ApplyRows(rows, grads + b, m, dim_, update.options,
-                          update.row_options ? update.row_options + b : nullptr);
+    OSPREY_RETURN_IF_ERROR(fn(RowBlock{b, m, rows, hist}));
   }
-}
-
-void SparseTable::Staleness(const uint64_t* keys, size_t n, uint64_t since, uint64_t cap,
-                            uint64_t* out) const {
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
-    const uint32_t row = FindIndex(keys[i]);
-    uint64_t s = 0;
-    if (row != kEmpty) {
-      const uint64_t* h = HistoryPtr(row);
-      while (s < static_cast<uint64_t>(kRowHistory) && h[s] > since) ++s;
-      if (s == static_cast<uint64_t>(kRowHistory)) s = std::max<uint64_t>(s, cap);
-    }
-    out[i] = s;
-  }
+  return Status::OK();
 }
 
 }  // namespace osprey::server

@@ -4,9 +4,9 @@
 // in table `table_id` is a pure function of (init.seed, table_id, key, i), so any server (or a
 // restore onto another server count) produces the same initial row.
 //
-// Each row also remembers the table versions of its last kRowHistory updates (store.h), in a
-// parallel array indexed like the rows (32 bytes per row, not part of the row's record, so not
-// checkpointed), for per-row staleness.
+// Each row also has its update history (kRowHistory versions, store.h), in a parallel array indexed
+// like the rows (32 bytes per row, not part of the row's record, so not checkpointed), which the
+// Updater writes and reads through Visit. The optimizer state is opaque here (StateLayout).
 //
 // Thread-safety: none (one caller at a time).
 #pragma once
@@ -17,35 +17,31 @@
 
 #include "common/config/table_config.h"
 #include "server/huge_pages.h"
-#include "server/optim/optimizer.h"
+#include "server/optim/optimizer.h"  // only for the test constructor's layout
 #include "server/store.h"
 
 namespace osprey::server {
 
 class SparseTable {
  public:
+  SparseTable(uint32_t table_id, int dim, const config::InitConfig& init, StateLayout state);
+  // The same with the state layout of `optimizer` (tests and tools).
   SparseTable(uint32_t table_id, int dim, const config::InitConfig& init,
               std::unique_ptr<Optimizer> optimizer);
 
   int dim() const { return dim_; }
   uint64_t num_rows() const { return num_rows_; }
-  const Optimizer& optimizer() const { return *optimizer_; }
 
   // Copies the weights of each key's row into out[i*dim] (creating rows as needed).
   void Pull(const uint64_t* keys, size_t n, float* out);
-  // One optimizer step per key with grads[i*dim] (rows resolved in batches, then one
-  // Optimizer::ApplyRows per batch); records update.version as the rows' latest update.
-  void Push(const uint64_t* keys, size_t n, const float* grads, const RowUpdate& update);
-  // The same with key i's gradient at grads[i] (dim floats each).
-  void Push(const uint64_t* keys, size_t n, const float* const* grads, const RowUpdate& update);
+  // Store::VisitRows: rows resolved kRowBlockRows at a time (two-stage prefetch of slots and
+  // rows), each block handed to `fn` while its rows are still in cache. Nothing to write back.
+  Status Visit(const uint64_t* keys, size_t n, RowAccess access, const RowBlockFn& fn);
   // Row ids (Store::FindOrCreateRowIds): ids[i] = the index of keys[i]'s row, created if missing.
   void FindOrCreateIds(const uint64_t* keys, size_t n, uint32_t* ids);
-  // Push by row id (each < num_rows()): one step on row ids[i] with grads[i]; records
-  // update.version. Rows in increasing id order are visited in storage order.
-  void PushIds(const uint32_t* ids, size_t n, const float* const* grads, const RowUpdate& update);
-  // Per-row staleness of keys since table version `since`: see Store::RowStaleness.
-  void Staleness(const uint64_t* keys, size_t n, uint64_t since, uint64_t cap,
-                 uint64_t* out) const;
+  // Store::VisitRowsById (each id < num_rows()). Rows in increasing id order are visited in
+  // storage order.
+  Status VisitIds(const uint32_t* ids, size_t n, const RowBlockFn& fn);
 
   // The row of `key` (weights then state), created if missing. Valid until the table dies.
   float* FindOrCreate(uint64_t key);
@@ -84,7 +80,7 @@ class SparseTable {
     const float* r = RowPtr(s.row);
     __builtin_prefetch(r);
     if (row_floats_ > 16) __builtin_prefetch(r + 16);
-    __builtin_prefetch(HistoryPtr(s.row), 1);  // Push records the update there
+    __builtin_prefetch(HistoryPtr(s.row), 1);  // the Updater records the update there
   }
   float* RowPtr(uint32_t row) const {
     return blocks_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * row_floats_;
@@ -93,16 +89,6 @@ class SparseTable {
   uint64_t* HistoryPtr(uint32_t row) const {
     return history_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * kRowHistory;
   }
-  // Records that `row` was updated at table version `version` (0: versions are not tracked).
-  void RecordUpdate(uint32_t row, uint64_t version) {
-    if (version == 0) return;
-    uint64_t* h = HistoryPtr(row);
-    for (int k = kRowHistory - 1; k > 0; --k) h[k] = h[k - 1];
-    h[0] = version;
-  }
-  // Push with gradients contiguous at g or, when gp is set, at gp[i].
-  void PushImpl(const uint64_t* keys, size_t n, const float* g, const float* const* gp,
-                const RowUpdate& update);
   uint32_t NewRow(uint64_t key);
   uint32_t FindOrCreateIndex(uint64_t key);
   uint32_t FindIndex(uint64_t key) const;  // kEmpty when missing
@@ -112,7 +98,7 @@ class SparseTable {
   const int dim_;
   const size_t row_floats_;  // dim + state floats
   const config::InitConfig init_;
-  const std::unique_ptr<Optimizer> optimizer_;
+  const StateLayout state_;
   // Rows, history and index are randomly accessed over large ranges: huge pages (huge_pages.h).
   std::vector<Slot, HugePageAllocator<Slot>> slots_;
   size_t mask_ = 0;

@@ -1,15 +1,30 @@
-// Store: where a server keeps the parameters (and optimizer state) of the shards it owns.
+// Store: where a server keeps the parameters of the shards it owns. Storage only: the optimizer
+// step, staleness and every other policy live above it (Updater, TableShard), so a backend
+// implements rows, chunks, their opaque optimizer state and their update history, nothing else.
 //
-// Sparse tables map u64 keys to rows of `dim` floats; a row is created on first touch by a
-// deterministic initializer of (init.seed, table id, key), so the same key gets the same initial
-// row on any server. Dense tables are flat float vectors cut into chunks of chunk_floats; a store
-// holds only the chunks its server owns (the server validates ownership before calling).
+// Sparse tables map u64 keys to rows. A row's record is `dim` weights followed by the optimizer
+// state, an opaque run of floats whose size and initial value the spec's StateLayout gives (the
+// Updater fills it). A row is created on first touch: weights from a deterministic initializer of
+// (init.seed, table id, key), so the same key gets the same initial row on any server; state from
+// StateLayout::init. Each row also keeps its update history: the table versions of its last
+// kRowHistory updates, newest first (0: none), written by the Updater, not checkpointed.
+// Dense tables are flat float vectors cut into chunks of chunk_floats; a store holds only the
+// chunks its server owns (the server validates ownership before calling).
+//
+// Row access is by blocks: VisitRows hands the caller (the Updater) the rows of a batch of keys a
+// block at a time (pointers to each row's record and history); with RowAccess::kUpdate the caller
+// changes them in place and the store then writes the block back -- a no-op for NativeStore, a
+// pipelined write for a store whose rows live elsewhere (a Redis store's hot-row cache, #11) --
+// and that write can fail. Sync(table) ends a merge window: a store that defers writes makes every
+// row written since the last Sync durable before returning (write_through), or schedules them
+// (write_back); its error fails the window's apply (TableShard: what the pushers then see).
 //
 // Implementations: NativeStore (in memory, native_store.h); a Redis-backed one comes with its
 // issue. The server validates every request before calling a Store, so Store methods treat bad
 // table ids / sizes as programmer errors and return Internal for them.
 //
-// Thread-safety: a Store is called from one thread at a time (the server's request thread).
+// Thread-safety: a Store is called from one thread at a time (under the server's work lock); the
+// pointers a block hands out are valid only during the callback that receives them.
 #pragma once
 
 #include <cstddef>
@@ -22,70 +37,99 @@
 #include "common/buffer.h"
 #include "common/config/table_config.h"
 #include "common/status.h"
-#include "server/optim/optimizer.h"
 
 namespace osprey::server {
 
-// What one optimizer step on sparse rows (Store::PushRows) applies besides the gradients.
-struct RowUpdate {
-  RowUpdate(const ApplyOptions& o = ApplyOptions{}) : options(o) {}  // NOLINT: implicit on purpose
-  ApplyOptions options;                        // every row, unless row_options is set
-  const ApplyOptions* row_options = nullptr;   // n entries, one per key (per-row staleness policies)
-  // The table version this step creates (TableShard::version() after it). When > 0 it is
-  // recorded as the rows' latest update, which RowStaleness counts; 0 records nothing.
-  uint64_t version = 0;
-};
-
-// Rows of update history kept per sparse row (see Store::RowStaleness).
+// Versions of update history kept per sparse row.
 constexpr int kRowHistory = 4;
+// Rows per RowBlock: large enough that a virtual call and a callback per block cost nothing,
+// small enough that a block's rows are still in cache when the caller updates them.
+constexpr size_t kRowBlockRows = 64;
+
+// The optimizer state's shape, opaque to the store: floats(width) state floats follow a record's
+// `width` weights (a sparse row: width = dim; a dense chunk: its length) and init writes their
+// initial values. Both are pure and thread-safe.
+struct StateLayout {
+  std::function<size_t(size_t width)> floats;
+  std::function<void(float* state, size_t width)> init;
+};
 
 struct StoreTableSpec {
   uint32_t id = 0;
-  config::TableConfig config;
+  config::TableConfig config;  // type, dim, size, chunk_floats, init
+  StateLayout state;           // required (Updater::state_layout())
   // Dense tables: the chunk ids this server owns (others are never asked for).
   std::vector<uint64_t> owned_chunks;
 };
+
+// A block of sparse rows handed out by VisitRows / VisitRowsById: rows [begin, begin + n) of the
+// caller's keys (or ids), in that order (a key given twice appears twice, the same pointers).
+struct RowBlock {
+  size_t begin = 0;
+  size_t n = 0;
+  // rows[i]: the record (dim weights, then the state); history[i]: kRowHistory versions, newest
+  // first. Both nullptr for a row that does not exist (RowAccess::kRead only).
+  float* const* rows = nullptr;
+  uint64_t* const* history = nullptr;
+};
+using RowBlockFn = std::function<Status(const RowBlock& block)>;
+
+enum class RowAccess {
+  kRead,          // existing rows only; missing ones are null; must not be written
+  kReadOrCreate,  // missing rows are created; must not be written
+  kUpdate,        // missing rows are created; the callback may write; written back after it
+};
+
+// The owned dense chunks of one VisitChunks call, all at once: weights[i] (floats[i] floats) and
+// state[i] (StateLayout::floats(floats[i]) floats) of chunks[i]. The callback may write both; the
+// store writes them back after it.
+struct ChunkBlock {
+  size_t n = 0;
+  const uint64_t* chunks = nullptr;
+  float* const* weights = nullptr;
+  float* const* state = nullptr;
+  const size_t* floats = nullptr;
+};
+using ChunkBlockFn = std::function<Status(const ChunkBlock& block)>;
 
 class Store {
  public:
   virtual ~Store() = default;
 
+  // Internal when the id exists already or the spec has no StateLayout.
   virtual Status CreateTable(const StoreTableSpec& spec) = 0;
 
   // Writes the `dim` weights of each key's row to out[i*dim], creating missing rows.
   virtual Status PullRows(uint32_t table, const uint64_t* keys, size_t n, float* out) = 0;
-  // Applies one optimizer step per key with grads[i*dim]; missing rows are created first.
-  // Duplicate keys in one call are applied in order (one step each); callers that want one
-  // merged step per key merge first.
-  virtual Status PushRows(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
-                          const RowUpdate& update) = 0;
-  // The same with key i's gradient at grads[i] (dim floats each, anywhere in memory): a merge
-  // window's rows, most of which point into the pushes they came from.
-  virtual Status PushRows(uint32_t table, const uint64_t* keys, size_t n,
-                          const float* const* grads, const RowUpdate& update) = 0;
+  // Calls `fn` for consecutive blocks (at most kRowBlockRows rows each) covering keys[0..n) in
+  // order, with the access asked for (see RowAccess); stops at the first error of `fn` or of a
+  // block's write-back and returns it (blocks before it stay written).
+  virtual Status VisitRows(uint32_t table, const uint64_t* keys, size_t n, RowAccess access,
+                           const RowBlockFn& fn) = 0;
+
   // Sparse row ids (optional, has_row_ids): a row's id is a small integer fixed when the row is
   // created (ids are dense from 0, and a row never moves or dies while the store lives). Merge
   // windows resolve each pushed key to its id once and apply by id (RowMergeBuffer), saving the
-  // second hash lookup and applying in storage order. Stores without ids return Unimplemented.
+  // second hash lookup and applying in storage order. A store without ids (its windows merge by
+  // key: MergeBuffer) returns Unimplemented from both calls.
   virtual bool has_row_ids(uint32_t table) const { return false; }
-  // ids[i] = the id of keys[i]'s row, creating missing rows (as PushRows would).
+  // ids[i] = the id of keys[i]'s row, creating missing rows.
   virtual Status FindOrCreateRowIds(uint32_t table, const uint64_t* keys, size_t n,
                                     uint32_t* ids) {
     return Unimplemented("this store has no sparse row ids");
   }
-  // PushRows by id: one optimizer step per row ids[i] with gradient grads[i] (dim floats each).
-  virtual Status PushRowsById(uint32_t table, const uint32_t* ids, size_t n,
-                              const float* const* grads, const RowUpdate& update) {
+  // VisitRows by row id (each an id this store handed out; Internal otherwise); ids in
+  // increasing order are visited in storage order. Access is always kUpdate.
+  virtual Status VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
+                               const RowBlockFn& fn) {
     return Unimplemented("this store has no sparse row ids");
   }
-  // Per-row staleness: out[i] = the number of PushRows calls with a version > `since` that
-  // updated the row of keys[i]. Each row remembers the versions of its last kRowHistory updates
-  // (not checkpointed: a restored row has no history), so the count is exact below
-  // kRowHistory; when all remembered updates are newer than `since` the row was updated at
-  // least kRowHistory times and out[i] = max(kRowHistory, cap) (the caller passes the table's
-  // staleness, an upper bound). A row that does not exist yet gives 0. Creates nothing.
-  virtual Status RowStaleness(uint32_t table, const uint64_t* keys, size_t n, uint64_t since,
-                              uint64_t cap, uint64_t* out) const = 0;
+
+  // Ends a merge window's writes to `table` (see the file comment). NativeStore: OK at once.
+  virtual Status Sync(uint32_t table) { return Status::OK(); }
+  // Whether a push may be acknowledged only once its window is applied and synced (kOnApply in
+  // table_shard.h: a write_through store) rather than once merged (the default).
+  virtual bool acks_after_apply() const { return false; }
 
   // Dense: `chunks` are chunk ids; values are the chunks' floats concatenated in that order.
   virtual Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) = 0;
@@ -97,18 +141,16 @@ class Store {
   virtual bool PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) {
     return false;
   }
-  virtual Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n, const float* grads,
-                            const ApplyOptions& options) = 0;
-  // The same with chunk i's gradient at grads[i] (the chunk's floats).
-  virtual Status PushChunks(uint32_t table, const uint64_t* chunks, size_t n,
-                            const float* const* grads, const ApplyOptions& options) = 0;
+  // Hands `fn` the owned chunks[0..n) to update in place (ChunkBlock), then writes them back.
+  virtual Status VisitChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                             const ChunkBlockFn& fn) = 0;
   // Sets chunk values unless the chunk was already initialized (first writer wins), so every
   // worker may send the same initial values without coordination.
   virtual Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
                             const float* values) = 0;
 
   // Checkpoints. A record is a sparse row or an owned dense chunk: its weights followed by its
-  // optimizer state (the optimizer's layout), `RecordFloats` floats in all.
+  // optimizer state, `RecordFloats` floats in all.
   using RecordVisitor = std::function<Status(uint64_t key, const float* data, size_t floats)>;
   // Calls `visit` once per record of `table` (sparse: rows in storage order; dense: owned chunks
   // that were initialized); stops at the first error and returns it.

@@ -7,31 +7,41 @@
 namespace osprey::server {
 namespace {
 
-enum Mode { kBsp = 0, kSsp = 1, kAsync = 2 };
-
-int ParseMode(config::ConsistencyMode m) { return m == config::ConsistencyMode::kBsp ? kBsp : m == config::ConsistencyMode::kSsp ? kSsp : kAsync; }
-
-int StalenessBucket(uint64_t s) {
-  if (s == 0) return 0;
-  int b = 64 - __builtin_clzll(s);  // s in [2^(b-1), 2^b)
-  return std::min(b, ServerCounters::kStalenessBuckets - 1);
-}
+double LrWeight(uint64_t s) { return 1.0 / std::max<double>(1.0, static_cast<double>(s)); }
 
 }  // namespace
 
+StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
+    uint32_t id, const proto::TableSpec& spec, const config::TableConfig& config,
+    std::vector<uint64_t> owned_chunks, uint64_t num_chunks, Store* store,
+    ServerCounters* counters, Replier* replier) {
+  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Updater> updater, Updater::Make(config.optimizer));
+  StoreTableSpec s;
+  s.id = id;
+  s.config = config;
+  s.state = updater->state_layout();
+  s.owned_chunks = std::move(owned_chunks);
+  OSPREY_RETURN_IF_ERROR(store->CreateTable(s));
+  return std::make_unique<TableShard>(id, spec, config, num_chunks, store, std::move(updater),
+                                      counters, replier);
+}
+
 TableShard::TableShard(uint32_t id, const proto::TableSpec& spec, const config::TableConfig& config,
-                       uint64_t num_chunks, Store* store, ServerCounters* counters)
+                       uint64_t num_chunks, Store* store, std::unique_ptr<Updater> updater,
+                       ServerCounters* counters, Replier* replier)
     : id_(id),
       spec_(spec),
-      cc_(config.consistency),
-      momentum_(config.optimizer.momentum),
+      rules_(MakeShardRules(config)),
       num_chunks_(num_chunks),
-      mode_(ParseMode(config.consistency.mode)),
+      policy_(ConsistencyPolicy::Make(rules_)),
       store_(store),
+      updater_(std::move(updater)),
       counters_(counters),
-      row_ids_(spec.type() == proto::TABLE_SPARSE && store->has_row_ids(id)) {
-  if (cc_.dc_lambda > 0) {
-    dc_ = std::make_unique<DelayCompensation>(cc_.dc_lambda, sparse(),
+      replier_(replier),
+      row_ids_(spec.type() == proto::TABLE_SPARSE && store->has_row_ids(id)),
+      ack_on_apply_(store->acks_after_apply()) {
+  if (rules_.dc_lambda > 0) {
+    dc_ = std::make_unique<DelayCompensation>(rules_.dc_lambda, sparse(),
                                               [this](uint64_t key) { return Width(key); });
   }
 }
@@ -44,18 +54,6 @@ uint64_t TableShard::Staleness(const proto::Header& h) const {
   return version_ > h.version() ? version_ - h.version() : 0;
 }
 
-ApplyOptions TableShard::Options(int pushes, double lr_weight_sum, double staleness_sum) const {
-  ApplyOptions o;
-  if (pushes <= 0) return o;
-  if (cc_.lr_scale == config::LrScale::kInverse) o.lr_scale = static_cast<float>(lr_weight_sum / pushes);
-  if (cc_.momentum_decay && momentum_ > 0) {
-    double s_mean = staleness_sum / pushes;
-    double mu_eff = std::max(0.0, momentum_ - s_mean / (s_mean + 1.0));
-    o.momentum_scale = static_cast<float>(mu_eff / momentum_);
-  }
-  return o;
-}
-
 Status TableShard::CheckFinite(const uint64_t* keys, size_t n, const float* g,
                                bool* any_bad) const {
   size_t total = 0;
@@ -65,7 +63,7 @@ Status TableShard::CheckFinite(const uint64_t* keys, size_t n, const float* g,
     for (size_t i = 0; i < n; ++i) total += Width(keys[i]);
   }
   *any_bad = !AllFinite(g, total);
-  if (!*any_bad || cc_.non_finite == config::NonFinite::kSkipRow) return Status::OK();
+  if (!*any_bad || rules_.skip_non_finite) return Status::OK();
   for (size_t i = 0, off = 0; i < n; ++i) {
     size_t w = Width(keys[i]);
     if (!AllFinite(g + off, w)) {
@@ -80,137 +78,103 @@ Status TableShard::CheckFinite(const uint64_t* keys, size_t n, const float* g,
 
 Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* g,
                               const ApplyOptions& o, const ApplyOptions* row_options) {
-  if (!sparse()) return store_->PushChunks(id_, keys, n, g, o);
+  if (!sparse()) return updater_->ApplyChunks(store_, id_, keys, n, g, o);
   RowUpdate u(o);
   u.row_options = row_options;
   u.version = version_ + 1;  // the version this step creates: the rows' latest update
-  return store_->PushRows(id_, keys, n, g, u);
+  return updater_->ApplyRows(store_, id_, keys, n, spec_.dim(), g, u);
 }
 
 Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* const* g,
                               const ApplyOptions& o, const ApplyOptions* row_options) {
-  if (!sparse()) return store_->PushChunks(id_, keys, n, g, o);
+  if (!sparse()) return updater_->ApplyChunks(store_, id_, keys, n, g, o);
   RowUpdate u(o);
   u.row_options = row_options;
   u.version = version_ + 1;
-  return store_->PushRows(id_, keys, n, g, u);
-}
-
-Status TableShard::RowPolicies(const proto::Header& h, uint64_t s, const uint64_t** keys,
-                               size_t* n, const float** g) {
-  row_s_.resize(*n);
-  OSPREY_RETURN_IF_ERROR(store_->RowStaleness(id_, *keys, *n, h.version(), s, row_s_.data()));
-  uint64_t hist[ServerCounters::kStalenessBuckets] = {};
-  size_t dropped = 0;
-  for (size_t i = 0; i < *n; ++i) {
-    ++hist[StalenessBucket(row_s_[i])];
-    if (cc_.drop_above >= 0 && row_s_[i] > static_cast<uint64_t>(cc_.drop_above)) ++dropped;
-  }
-  for (int b = 0; b < ServerCounters::kStalenessBuckets; ++b) {
-    if (hist[b] > 0) counters_->staleness[b].fetch_add(hist[b], std::memory_order_relaxed);
-  }
-  if (dropped == 0) return Status::OK();
-  counters_->rows_dropped.fetch_add(dropped, std::memory_order_relaxed);
-  const size_t dim = spec_.dim();
-  kept_keys_.clear();
-  kept_g_.clear();
-  size_t kept = 0;
-  for (size_t i = 0; i < *n; ++i) {
-    if (row_s_[i] > static_cast<uint64_t>(cc_.drop_above)) continue;
-    kept_keys_.push_back((*keys)[i]);
-    kept_g_.insert(kept_g_.end(), *g + i * dim, *g + (i + 1) * dim);
-    row_s_[kept++] = row_s_[i];
-  }
-  row_s_.resize(kept);
-  *keys = kept_keys_.data();
-  *g = kept_g_.data();
-  *n = kept;
-  return Status::OK();
-}
-
-const ApplyOptions* TableShard::RowOptions(const MergeBuffer::EntryStats* st, size_t n,
-                                           float grad_scale) {
-  row_opts_.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    row_opts_[i] = Options(static_cast<int>(st[i].adds), st[i].lr_weight_sum, st[i].staleness_sum);
-    row_opts_[i].grad_scale = grad_scale;
-  }
-  return row_opts_.data();
-}
-
-void TableShard::RecordPull(const proto::Header& h, const uint64_t* keys, size_t n,
-                            const float* values) {
-  if (dc_) dc_->RecordPull(h.worker_rank(), keys, n, values);
+  return updater_->ApplyRows(store_, id_, keys, n, spec_.dim(), g, u);
 }
 
 Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
-                        int64_t now_us) {
-  return PushImpl(h, keys, n, g, nullptr, now_us);
+                        int64_t now_us, Ack* ack) {
+  return PushImpl(h, keys, n, g, nullptr, now_us, ack);
 }
 
 Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n,
-                        const Buffer& values, int64_t now_us) {
-  return PushImpl(h, keys, n, values.as<float>(), &values, now_us);
+                        const Buffer& values, int64_t now_us, Ack* ack) {
+  return PushImpl(h, keys, n, values.as<float>(), &values, now_us, ack);
 }
 
 Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t n,
-                            const float* g, const Buffer* values, int64_t now_us) {
+                            const float* g, const Buffer* values, int64_t now_us, Ack* ack) {
+  if (!failed_.ok()) return failed_;
   bool any_bad = false;
   OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
-  if (mode_ != kAsync) Progress(h.worker_rank(), h.clock() + 1);
-  if (dc_) {  // DC-ASGD: compensate against the weights now, before anything else uses g
-    size_t floats = 0;
-    for (size_t i = 0; i < n; ++i) floats += Width(keys[i]);
-    dc_w_.resize(floats);
-    dc_g_.resize(floats);
-    OSPREY_RETURN_IF_ERROR(sparse() ? store_->PullRows(id_, keys, n, dc_w_.data())
-                                    : store_->PullChunks(id_, keys, n, dc_w_.data()));
-    const DelayCompensation::Counts before = dc_->counts();
-    dc_->Compensate(h.worker_rank(), keys, n, g, dc_w_.data(), dc_g_.data());
-    counters_->dc_compensated.fetch_add(dc_->counts().compensated - before.compensated,
-                                        std::memory_order_relaxed);
-    counters_->dc_uncompensated.fetch_add(dc_->counts().uncompensated - before.uncompensated,
-                                          std::memory_order_relaxed);
-    g = dc_g_.data();
-  }
+  if (policy_->tracks_progress()) Progress(h.worker_rank(), h.clock() + 1);
   const uint64_t s = Staleness(h);
   // Sparse pushes based on an old version get per-row staleness; with s = 0 every row has 0.
   const bool per_row = sparse() && s > 0;
+  if (sparse() && (dc_ || per_row)) {
+    OSPREY_RETURN_IF_ERROR(ReadPushRows(h, keys, n, dc_ != nullptr, per_row, s));
+  }
+  // DC-ASGD: compensate against the weights now, before anything else uses g.
+  if (dc_) OSPREY_RETURN_IF_ERROR(Compensate(h, keys, n, &g));
   if (per_row) {
-    OSPREY_RETURN_IF_ERROR(RowPolicies(h, s, &keys, &n, &g));
+    RowPolicies(&keys, &n, &g);
     if (n == 0) {
       counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
       return Status::OK();
     }
   } else {
-    counters_->staleness[StalenessBucket(s)].fetch_add(sparse() ? n : 1,
+    counters_->staleness[ServerCounters::StalenessBucket(s)].fetch_add(sparse() ? n : 1,
                                                        std::memory_order_relaxed);
-    if (cc_.drop_above >= 0 && s > static_cast<uint64_t>(cc_.drop_above)) {
+    if (rules_.drop_above >= 0 && s > static_cast<uint64_t>(rules_.drop_above)) {
       counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
       return Status::OK();
     }
   }
-  auto weight = [](uint64_t st) { return 1.0 / std::max<double>(1.0, static_cast<double>(st)); };
-  const double lr_weight = weight(s);
-  if (mode_ != kBsp && cc_.merge_max_pushes == 1 && !any_bad) {
-    // A window of one push: apply in place, no merge buffer.
-    const ApplyOptions* row_options = nullptr;
-    if (per_row) {
-      row_opts_.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        row_opts_[i] = Options(1, weight(row_s_[i]), static_cast<double>(row_s_[i]));
-      }
-      row_options = row_opts_.data();
-    }
-    OSPREY_RETURN_IF_ERROR(
-        StoreApply(keys, n, g, Options(1, lr_weight, static_cast<double>(s)), row_options));
-    ++version_;
-    counters_->pushes_applied.fetch_add(1, std::memory_order_relaxed);
-    counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
-    return Status::OK();
+  if (policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(keys, n, g, per_row, s);
+  Window& w = WindowFor(h, now_us);
+  ++w.pushes;
+  w.lr_weight_sum += LrWeight(s);
+  w.staleness_sum += static_cast<double>(s);
+  w.any_stale = w.any_stale || per_row;
+  if (ack != nullptr && ack_on_apply_) {
+    w.acks.push_back(ack->reply);
+    ack->held = true;
   }
-  int64_t clock = 0;
-  if (mode_ == kBsp) clock = std::max(h.clock(), done_);
+  // Rows are merged by reference into the push's own values frame when g still is that frame
+  // (not a DC-ASGD or drop_above rewrite, which live in scratch reused by the next push): the
+  // window holds the frame until it closes, and only keys pushed again are copied.
+  const bool by_ref = values != nullptr && g == values->as<float>();
+  if (by_ref && row_ids_) w.rows.Hold(*values);
+  if (by_ref && !row_ids_) w.buffer.Hold(*values);
+  if (row_ids_) return MergeRows(&w, keys, n, g, by_ref, any_bad, per_row);
+  MergeKeys(&w, keys, n, g, by_ref, any_bad, per_row);
+  return Status::OK();
+}
+
+Status TableShard::ApplyOnArrival(const uint64_t* keys, size_t n, const float* g, bool per_row,
+                                  uint64_t s) {
+  // A window of one push: apply in place, no merge buffer.
+  const ApplyOptions* row_options = nullptr;
+  if (per_row) {
+    row_opts_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      row_opts_[i] = Options(1, LrWeight(row_s_[i]), static_cast<double>(row_s_[i]));
+    }
+    row_options = row_opts_.data();
+  }
+  Status st = StoreApply(keys, n, g, Options(1, LrWeight(s), static_cast<double>(s)), row_options);
+  if (st.ok()) st = store_->Sync(id_);
+  if (!st.ok()) return Fail(st, 0, 1);
+  ++version_;
+  counters_->pushes_applied.fetch_add(1, std::memory_order_relaxed);
+  counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+TableShard::Window& TableShard::WindowFor(const proto::Header& h, int64_t now_us) {
+  const int64_t clock = policy_->WindowClock(h.clock(), done_);
   auto [it, inserted] = windows_.try_emplace(clock);
   Window& w = it->second;
   if (inserted && !spare_.empty()) {  // reuse a closed window's buffer memory
@@ -222,40 +186,32 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
     spare_rows_.pop_back();
   }
   if (w.pushes == 0) w.first_us = now_us;
-  ++w.pushes;
-  w.lr_weight_sum += lr_weight;
-  w.staleness_sum += static_cast<double>(s);
-  w.any_stale = w.any_stale || per_row;
-  // Rows are merged by reference into the push's own values frame when g still is that frame
-  // (not a DC-ASGD or drop_above rewrite, which live in scratch reused by the next push): the
-  // window holds the frame until it closes, and only keys pushed again are copied.
-  const bool by_ref = values != nullptr && g == values->as<float>();
-  if (by_ref && row_ids_) w.rows.Hold(*values);
-  if (by_ref && !row_ids_) w.buffer.Hold(*values);
-  if (row_ids_) return MergeRows(&w, keys, n, g, by_ref, any_bad, per_row);
+  return w;
+}
+
+void TableShard::MergeKeys(Window* w, const uint64_t* keys, size_t n, const float* g, bool by_ref,
+                           bool any_bad, bool per_row) {
   constexpr size_t kPrefetchAhead = 16;
   for (size_t i = 0, off = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) w.buffer.Prefetch(keys[i + kPrefetchAhead]);
+    if (i + kPrefetchAhead < n) w->buffer.Prefetch(keys[i + kPrefetchAhead]);
     size_t width = Width(keys[i]);
     if (any_bad && !AllFinite(g + off, width)) {
       counters_->rows_skipped.fetch_add(1, std::memory_order_relaxed);
     } else {
-      const float lw = per_row ? static_cast<float>(weight(row_s_[i])) : 1.0f;
+      const float lw = per_row ? static_cast<float>(LrWeight(row_s_[i])) : 1.0f;
       const float st = per_row ? static_cast<float>(row_s_[i]) : 0.0f;
       if (by_ref) {
-        w.buffer.AddRef(keys[i], g + off, width, lw, st);
+        w->buffer.AddRef(keys[i], g + off, width, lw, st);
       } else {
-        w.buffer.Add(keys[i], g + off, width, lw, st);
+        w->buffer.Add(keys[i], g + off, width, lw, st);
       }
     }
     off += width;
   }
-  return Status::OK();
 }
 
 Status TableShard::MergeRows(Window* w, const uint64_t* keys, size_t n, const float* g,
                              bool by_ref, bool any_bad, bool per_row) {
-  auto weight = [](uint64_t st) { return 1.0 / std::max<double>(1.0, static_cast<double>(st)); };
   const size_t dim = spec_.dim();
   ids_.resize(n);
   if (!any_bad) OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys, n, ids_.data()));
@@ -268,7 +224,7 @@ Status TableShard::MergeRows(Window* w, const uint64_t* keys, size_t n, const fl
       }
       OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys + i, 1, &ids_[i]));
     }
-    const float lw = per_row ? static_cast<float>(weight(row_s_[i])) : 1.0f;
+    const float lw = per_row ? static_cast<float>(LrWeight(row_s_[i])) : 1.0f;
     const float st = per_row ? static_cast<float>(row_s_[i]) : 0.0f;
     if (by_ref) {
       w->rows.AddRef(ids_[i], row_g, lw, st);
@@ -279,13 +235,12 @@ Status TableShard::MergeRows(Window* w, const uint64_t* keys, size_t n, const fl
   return Status::OK();
 }
 
-Status TableShard::ApplyWindow(Window* w) {
-  if (w->pushes == 0) return Status::OK();
+Status TableShard::ApplyMerged(Window* w) {
   // The mean is applied as the optimizer reads the gradient (ApplyOptions::grad_scale, same
   // bits as scaling the buffer first), saving a pass over the merged gradients.
-  const float mean = cc_.merge_reduce == config::MergeReduce::kMean && w->pushes > 1 ? 1.0f / w->pushes : 1.0f;
+  const float mean = rules_.reduce_mean && w->pushes > 1 ? 1.0f / w->pushes : 1.0f;
   // Sparse windows with a stale push: per-row options (only when a policy reads staleness).
-  const bool policies = cc_.lr_scale == config::LrScale::kInverse || (cc_.momentum_decay && momentum_ > 0);
+  const bool policies = rules_.lr_inverse || (rules_.momentum_decay && rules_.momentum > 0);
   const bool row_policies = sparse() && w->any_stale && policies;
   ApplyOptions shared = Options(w->pushes, w->lr_weight_sum, w->staleness_sum);
   shared.grad_scale = mean;
@@ -296,106 +251,82 @@ Status TableShard::ApplyWindow(Window* w) {
     RowUpdate u(shared);
     u.row_options = row_policies ? RowOptions(b.stats(), b.num_rows(), mean) : nullptr;
     u.version = version_ + 1;
-    s = store_->PushRowsById(id_, b.rows(), b.num_rows(), b.Gradients(), u);
+    s = updater_->ApplyRowsById(store_, id_, b.rows(), b.num_rows(), spec_.dim(), b.Gradients(), u);
     b.Clear();
   } else {
     MergeBuffer& b = w->buffer;
     s = StoreApply(b.keys(), b.num_keys(), b.Gradients(), shared,
                    row_policies ? RowOptions(b.stats(), b.num_keys(), mean) : nullptr);
   }
-  ++version_;
-  counters_->pushes_applied.fetch_add(w->pushes, std::memory_order_relaxed);
-  counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
+  return s.ok() ? store_->Sync(id_) : s;
+}
+
+Status TableShard::ApplyWindow(Window* w, int64_t clock) {
+  if (w->pushes == 0) return Status::OK();
+  Status s = ApplyMerged(w);
+  const int pushes = w->pushes;
   w->buffer.Clear();
+  w->rows.Clear();
   w->pushes = 0;
   w->lr_weight_sum = 0;
   w->staleness_sum = 0;
   w->any_stale = false;
-  return s;
+  if (!s.ok()) return Fail(s, clock, pushes);
+  ++version_;
+  counters_->pushes_applied.fetch_add(pushes, std::memory_order_relaxed);
+  counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
+  for (const PendingReply& a : w->acks) {
+    proto::Header reply = ReplyHeader(a.request);
+    reply.set_version(version_);
+    reply.set_num_keys(0);
+    reply.set_value_bytes(0);
+    replier_->Reply(a.peer, reply, Buffer());
+  }
+  w->acks.clear();
+  return Status::OK();
 }
 
-void TableShard::Progress(int worker, int64_t clock) {
-  int64_t& p = progress_[worker];
-  p = std::max(p, clock);
+Status TableShard::Fail(const Status& cause, int64_t clock, int pushes) {
+  const std::string window = bsp() ? "the merge window of clock " + std::to_string(clock)
+                                   : "merge window " + std::to_string(version_ + 1);
+  failed_ = cause.WithContext("table '" + spec_.name() + "': " + window + " (" +
+                              std::to_string(pushes) + " pushes) failed to apply, so none of " +
+                              "its pushes is applied and the table refuses requests from now on");
+  for (auto& [c, w] : windows_) {
+    for (const PendingReply& a : w.acks) replier_->ReplyError(a.peer, a.request, failed_);
+    w.acks.clear();
+  }
+  windows_.clear();
+  for (const HeldPull& p : held_) replier_->ReplyError(p.msg.peer, p.header, failed_);
+  held_.clear();
+  return failed_;
 }
 
-int64_t TableShard::Slowest() const {
-  int64_t slowest = std::numeric_limits<int64_t>::max();
-  if (live_known_) {
-    for (int r : live_) {
-      auto it = progress_.find(r);
-      slowest = std::min(slowest, it == progress_.end() ? int64_t{0} : it->second);
+Status TableShard::Advance(int64_t now_us) {
+  if (!failed_.ok()) return failed_;
+  const int64_t slowest = clocks_.Slowest();
+  while (!windows_.empty()) {
+    auto oldest = windows_.begin();
+    Window& w = oldest->second;
+    if (!policy_->WindowDue(oldest->first, w.pushes, w.first_us, now_us, slowest, cut_clock_)) {
+      break;
     }
-  } else {
-    for (const auto& [rank, p] : progress_) slowest = std::min(slowest, p);
+    OSPREY_RETURN_IF_ERROR(ApplyWindow(&w, oldest->first));
+    if (!policy_->windows_per_clock()) break;  // ssp / async: the one window stays, emptied
+    done_ = std::max(done_, oldest->first + 1);
+    if (spare_.size() < 2) spare_.push_back(std::move(w.buffer));
+    if (spare_rows_.size() < 2) spare_rows_.push_back(std::move(w.rows));
+    windows_.erase(oldest);
   }
-  return slowest;
-}
-
-bool TableShard::PullReady(const proto::Header& h) {
-  if (mode_ == kAsync || h.clock() <= 0) return true;
-  Progress(h.worker_rank(), h.clock());
-  if (mode_ == kBsp) return h.clock() <= done_;
-  int64_t slowest = Slowest();
-  return slowest == std::numeric_limits<int64_t>::max() ||
-         h.clock() - slowest <= cc_.staleness_bound;
-}
-
-Status TableShard::Advance(int64_t now_us, std::vector<HeldPull>* ready) {
-  Status first;
-  if (mode_ == kBsp) {
-    int64_t target = Slowest();
-    bool nobody = target == std::numeric_limits<int64_t>::max();
-    // A checkpoint cut at clock cut_clock_ keeps windows from that clock on open.
-    while (!windows_.empty() && (nobody || windows_.begin()->first < target) &&
-           windows_.begin()->first < cut_clock_) {
-      Status s = ApplyWindow(&windows_.begin()->second);
-      if (first.ok()) first = s;
-      done_ = std::max(done_, windows_.begin()->first + 1);
-      if (spare_.size() < 2) spare_.push_back(std::move(windows_.begin()->second.buffer));
-      if (spare_rows_.size() < 2) spare_rows_.push_back(std::move(windows_.begin()->second.rows));
-      windows_.erase(windows_.begin());
-    }
-    if (!nobody) done_ = std::max(done_, std::min(target, cut_clock_));
-  } else if (!windows_.empty()) {
-    Window& w = windows_.begin()->second;
-    bool full = w.pushes >= cc_.merge_max_pushes;
-    bool late = cc_.merge_window_us > 0 && w.pushes > 0 && now_us - w.first_us >= cc_.merge_window_us;
-    if (full || late) first = ApplyWindow(&w);
-  }
-  if (held_.empty()) return first;
-  size_t before = ready->size();
-  // With no live worker left nothing can advance the clocks: every held pull is answered.
-  int64_t slowest = Slowest();
-  bool nobody = slowest == std::numeric_limits<int64_t>::max();
-  size_t kept = 0;
-  for (size_t i = 0; i < held_.size(); ++i) {
-    int64_t c = held_[i].header.clock();
-    bool ok = nobody || (mode_ == kBsp ? c <= done_ : c - slowest <= cc_.staleness_bound);
-    if (ok) {
-      ready->push_back(std::move(held_[i]));
-    } else {
-      if (kept != i) held_[kept] = std::move(held_[i]);
-      ++kept;
-    }
-  }
-  held_.resize(kept);
-  if (mode_ == kSsp && ready->size() > before && !windows_.empty()) {
-    Status s = ApplyWindow(&windows_.begin()->second);  // released pulls see every push received
-    if (first.ok()) first = s;
-  }
-  return first;
+  done_ = policy_->DoneAfter(done_, slowest, cut_clock_);
+  ReleaseHeld();
+  return failed_;
 }
 
 int64_t TableShard::NextDeadlineUs() const {
-  if (mode_ == kBsp || cc_.merge_window_us <= 0 || windows_.empty()) return kNoDeadline;
+  if (policy_->windows_per_clock() || windows_.empty()) return kNoDeadline;
   const Window& w = windows_.begin()->second;
-  return w.pushes > 0 ? w.first_us + cc_.merge_window_us : kNoDeadline;
-}
-
-void TableShard::SetLiveWorkers(const std::vector<int>& ranks) {
-  live_ = ranks;
-  live_known_ = true;
+  return policy_->Deadline(w.pushes, w.first_us);
 }
 
 }  // namespace osprey::server

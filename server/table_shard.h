@@ -1,5 +1,10 @@
 // TableShard: one table's part on one server: merge windows, the consistency mode, staleness
-// policies, worker clocks and the pulls held until their clock is ready.
+// policies, worker clocks, and the replies it owes: pulls held until their clock is ready and
+// push acknowledgements held until their window is applied, answered through a Replier.
+//
+// Collaborators: a ConsistencyPolicy per mode (consistency_policy.h: implements the mode rules
+// below), an Updater (updater.h: the optimizer step on the rows the Store hands out), the Store
+// (storage only), the Replier (replier.h). All are borrowed except the policy and the updater.
 //
 // Mode rules (config::ConsistencyConfig; "progress" of a worker at this shard is the number of
 // clocks it has finished here: a push with clock c sets it to >= c+1, a pull with clock c to >= c,
@@ -34,7 +39,7 @@
 //   dense tables (per table):  s = version() - header.version (0 if the push is newer).
 //   sparse tables (per row):   s_row = the number of applied windows that updated THIS row since
 //     header.version, from the last kRowHistory (4) update versions each row keeps
-//     (Store::RowStaleness): exact for 0..3; a row updated at least 4 times since then gets
+//     (Updater::RowStaleness): exact for 0..3; a row updated at least 4 times since then gets
 //     max(4, table's s) (the table's s is an upper bound; hot rows are updated in nearly every
 //     window, so it is close).
 //     Rows not updated since the worker's pull get s_row = 0 whatever the table did meanwhile.
@@ -62,7 +67,33 @@
 // Checkpoint cut (bsp): SetCutClock(D) keeps the shard from closing the window of clock D or
 // later (done() stays <= D) until the server has saved its state at done() == D and cleared it.
 //
-// Thread-safety: none; the server calls every method under its work lock.
+// Acknowledgements and failed windows. A push is acknowledged (an OK reply carrying version())
+//   kOnMerge  (default; Store::acks_after_apply() false) once it is merged: the Server replies
+//             right after Push, as it always did. "OK" means "accepted into a window", not
+//             "applied": it is what keeps bsp/ssp throughput (a worker's push tickets complete
+//             while its window waits for the others).
+//   kOnApply  (Store::acks_after_apply() true, e.g. a write_through store: "a push is
+//             acknowledged only after its window's rows are in the store") once the window
+//             containing it is applied and Store::Sync returned OK; the shard holds the ack in the
+//             window and sends it itself. A push applied on arrival, dropped by drop_above, or
+//             refused is answered at once either way. bsp does not deadlock on held acks as long
+//             as a worker sends all its pushes of a clock before it waits for any of them (the
+//             client: within max_inflight messages; worker/trainer.cc waits for a step's pushes
+//             only after sending the next step's pulls).
+//   A window whose apply fails (an Updater / Store error, or Sync) makes the table FAILED: the
+//   error, naming the table, the window's clock (bsp) or window number and the cause, is sent to
+//   every held ack (that window's and any later open window's: none of them is applied) and to
+//   every held pull, every later push and pull of this table gets it as its reply, and Advance
+//   returns it (the Server logs it). The failed window's pushes do not count as applied and
+//   version() does not move. So under kOnApply no pusher ever saw OK for an unapplied window;
+//   under kOnMerge a pusher saw "merged" and learns of the failure at its next request to the
+//   table -- at the latest its next pull, so it never trains on weights that silently lack its
+//   update. Rows of the failed window may be partly updated (a store writes block by block); the
+//   table is not served again by this server (a restart restores a checkpoint or, #11/#12, the
+//   store's durable state). Tested by tests/server/window_failure_test.cc.
+//
+// Thread-safety: none; the server calls every method under its work lock. The Replier is called
+// from inside Push / Pull / Advance.
 #pragma once
 
 #include <array>
@@ -78,15 +109,23 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "proto/wire.h"
+#include "server/consistency_policy.h"
 #include "server/delay_compensation.h"
 #include "server/merge_buffer.h"
+#include "server/replier.h"
 #include "server/store.h"
+#include "server/updater.h"
 
 namespace osprey::server {
 
 // Server-wide counters the shards update (read by Server::stats from any thread).
 struct ServerCounters {
   static constexpr int kStalenessBuckets = 16;  // 0: s = 0; i >= 1: s in [2^(i-1), 2^i)
+  static int StalenessBucket(uint64_t s) {
+    if (s == 0) return 0;
+    int b = 64 - __builtin_clzll(s);  // s in [2^(b-1), 2^b)
+    return b < kStalenessBuckets - 1 ? b : kStalenessBuckets - 1;
+  }
   std::atomic<uint64_t> pushes_applied{0};
   std::atomic<uint64_t> pushes_dropped{0};
   std::atomic<uint64_t> rows_dropped{0};  // sparse rows left out by drop_above
@@ -98,49 +137,55 @@ struct ServerCounters {
   std::array<std::atomic<uint64_t>, kStalenessBuckets> staleness{};
 };
 
-// A pull waiting for its clock: the request as received (frames keep their buffers alive).
-struct HeldPull {
-  Message msg;
-  proto::Header header;
-};
-
 class TableShard {
  public:
-  static constexpr int64_t kNoDeadline = std::numeric_limits<int64_t>::max();
+  static constexpr int64_t kNoDeadline = ConsistencyPolicy::kNoDeadline;
 
-  // `store` and `counters` are borrowed and outlive the shard.
+  // Creates table `spec` (id `id`, layout from an Updater of config.optimizer) in `store` and the
+  // shard over it. `store`, `counters` and `replier` are borrowed and outlive the shard.
+  // InvalidArgument for a bad optimizer config; CreateTable's errors.
+  static StatusOr<std::unique_ptr<TableShard>> Create(uint32_t id, const proto::TableSpec& spec,
+                                                      const config::TableConfig& config,
+                                                      std::vector<uint64_t> owned_chunks,
+                                                      uint64_t num_chunks, Store* store,
+                                                      ServerCounters* counters, Replier* replier);
   TableShard(uint32_t id, const proto::TableSpec& spec, const config::TableConfig& config,
-             uint64_t num_chunks, Store* store, ServerCounters* counters);
+             uint64_t num_chunks, Store* store, std::unique_ptr<Updater> updater,
+             ServerCounters* counters, Replier* replier);
 
   // Merges (or applies) a validated push; `g` holds the floats of `n` keys. InvalidArgument for a
-  // non-finite gradient under `reject`; Internal from the store.
+  // non-finite gradient under `reject`; the table's failure (see above), including one this push's
+  // own apply on arrival caused. When `ack` is set and acks are kOnApply, a merged push's ack is
+  // taken into its window (ack->held = true) and sent by the shard; otherwise the caller replies.
+  struct Ack {
+    PendingReply reply;
+    bool held = false;
+  };
   Status Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
-              int64_t now_us);
+              int64_t now_us, Ack* ack = nullptr);
   // The same with the push's values frame: a merge window then keeps `values` alive until it
   // closes and merges its rows by reference (MergeBuffer::AddRef) instead of copying them, so an
   // open window holds its pushes' frames (at most the sum of their sizes). The floats must not
   // change while held. Prefer this form whenever the caller has the frame as a Buffer.
   Status Push(const proto::Header& h, const uint64_t* keys, size_t n, const Buffer& values,
-              int64_t now_us);
-  // Records the pull's clock and says whether it may be answered now.
-  bool PullReady(const proto::Header& h);
-  void Hold(HeldPull pull) {
-    counters_->pulls_held.fetch_add(1, std::memory_order_relaxed);
-    held_.push_back(std::move(pull));
-  }
+              int64_t now_us, Ack* ack = nullptr);
+  // A validated pull (header `h`, frames in `msg`): answered now through the Replier when its
+  // clock is ready, else held and answered by the Advance that makes it ready (then Advance runs
+  // once, since the pull's clock may be the progress a bsp window waited for). Errors (the
+  // table's failure, a store error) are answered as OP_ERROR replies. Returns the table's
+  // failure (for the caller's log) when it failed, now or before.
+  Status Pull(const proto::Header& h, Message msg, int64_t now_us);
 
-  // Closes the windows that are due at `now_us` and moves pulls that became answerable to
-  // `ready`. Call after every push, pull, live-set change and timer tick.
-  Status Advance(int64_t now_us, std::vector<HeldPull>* ready);
+  // Closes the windows that are due at `now_us` (sending their held acks) and answers the pulls
+  // that became answerable. Call after every push, live-set change and timer tick. Returns the
+  // table's failure when a window's apply failed (now or before).
+  Status Advance(int64_t now_us);
   // When Advance must next run for a time window (kNoDeadline: none pending).
   int64_t NextDeadlineUs() const;
 
   // ranks: the live workers. Takes effect at the next Advance.
-  void SetLiveWorkers(const std::vector<int>& ranks);
+  void SetLiveWorkers(const std::vector<int>& ranks) { clocks_.SetLive(ranks); }
 
-  // DC-ASGD: remembers the `n` keys' floats `values` just served to the pull `h` (no-op unless
-  // dc_lambda > 0). Call after every answered pull.
-  void RecordPull(const proto::Header& h, const uint64_t* keys, size_t n, const float* values);
   // DC-ASGD counters; null when dc_lambda is 0.
   const DelayCompensation* delay_compensation() const { return dc_.get(); }
 
@@ -148,10 +193,12 @@ class TableShard {
   // ClearCutClock. No effect in ssp/async.
   void SetCutClock(int64_t clock) { cut_clock_ = clock; }
   void ClearCutClock() { cut_clock_ = std::numeric_limits<int64_t>::max(); }
-  bool bsp() const { return mode_ == 0; }
+  bool bsp() const { return policy_->mode() == ConsistencyMode::kBsp; }
   // Whether any worker has sent this shard a clocked request (a bsp shard that saw none never
   // moves and is not waited for by a checkpoint cut).
-  bool active() const { return !progress_.empty(); }
+  bool active() const { return clocks_.any(); }
+  // OK, or the failure of a window's apply (see above).
+  const Status& failure() const { return failed_; }
 
   const proto::TableSpec& spec() const { return spec_; }
   uint64_t num_chunks() const { return num_chunks_; }
@@ -161,6 +208,11 @@ class TableShard {
   size_t num_held() const { return held_.size(); }
 
  private:
+  // A pull waiting for its clock: the request as received (frames keep their buffers alive).
+  struct HeldPull {
+    Message msg;
+    proto::Header header;
+  };
   struct Window {
     MergeBuffer buffer;     // dense tables, and sparse ones on a store without row ids
     RowMergeBuffer rows;    // sparse tables on a store with row ids (row_ids_)
@@ -169,55 +221,79 @@ class TableShard {
     double staleness_sum = 0;
     bool any_stale = false;  // some push had s > 0 (sparse: per-row options needed)
     int64_t first_us = 0;
+    std::vector<PendingReply> acks;  // kOnApply: acks owed when this window is applied
   };
 
   bool sparse() const { return spec_.type() == proto::TABLE_SPARSE; }
   size_t Width(uint64_t key) const;
   uint64_t Staleness(const proto::Header& h) const;
   ApplyOptions Options(int pushes, double lr_weight_sum, double staleness_sum) const;
-  // Sparse per-row staleness policies for a push of table staleness s > 0: fills row_s_ and
-  // compacts keys / g (into kept_keys_ / kept_g_) when drop_above leaves rows out. Returns the
-  // number of rows kept.
-  Status RowPolicies(const proto::Header& h, uint64_t s, const uint64_t** keys, size_t* n,
-                     const float** g);
+  // Sparse rows of a push read before merging, in one store visit: the weights now into dc_w_
+  // (DC-ASGD) and / or the rows' staleness since h.version() into row_s_ (per_row).
+  Status ReadPushRows(const proto::Header& h, const uint64_t* keys, size_t n, bool weights,
+                      bool per_row, uint64_t s);
+  // DC-ASGD: replaces *g by the compensated gradient (in dc_g_).
+  Status Compensate(const proto::Header& h, const uint64_t* keys, size_t n, const float** g);
+  // Sparse per-row staleness policies for a push of table staleness s > 0, from row_s_: counts
+  // the histogram and compacts keys / g (into kept_keys_ / kept_g_) when drop_above leaves rows
+  // out.
+  void RowPolicies(const uint64_t** keys, size_t* n, const float** g);
   // Per-row options of a window's n rows from the merge buffer's entry stats.
   const ApplyOptions* RowOptions(const MergeBuffer::EntryStats* st, size_t n, float grad_scale);
   // Merges a push's n rows (gradients at g, kept by reference when by_ref) into w.rows.
   Status MergeRows(Window* w, const uint64_t* keys, size_t n, const float* g, bool by_ref,
                    bool any_bad, bool per_row);
+  // The same into w.buffer (by key).
+  void MergeKeys(Window* w, const uint64_t* keys, size_t n, const float* g, bool by_ref,
+                 bool any_bad, bool per_row);
   Status CheckFinite(const uint64_t* keys, size_t n, const float* g, bool* any_bad) const;
   // values: the push's frame when g points into it (merged by reference), else null.
   Status PushImpl(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
-                  const Buffer* values, int64_t now_us);
+                  const Buffer* values, int64_t now_us, Ack* ack);
+  // A push of one-push windows: applied at once.
+  Status ApplyOnArrival(const uint64_t* keys, size_t n, const float* g, bool per_row, uint64_t s);
+  // The window a push of header h joins (created, with recycled buffers, when new).
+  Window& WindowFor(const proto::Header& h, int64_t now_us);
   Status StoreApply(const uint64_t* keys, size_t n, const float* g, const ApplyOptions& o,
                     const ApplyOptions* row_options = nullptr);
   Status StoreApply(const uint64_t* keys, size_t n, const float* const* g, const ApplyOptions& o,
                     const ApplyOptions* row_options);
-  Status ApplyWindow(Window* w);
-  void Progress(int worker, int64_t clock);
-  // Progress of the slowest live worker; max() when there is none.
-  int64_t Slowest() const;
+  Status ApplyWindow(Window* w, int64_t clock);
+  Status ApplyMerged(Window* w);
+  // Marks the table failed by `cause` while applying the window of `clock` (see above) and
+  // answers every owed reply with the failure. Returns the failure.
+  Status Fail(const Status& cause, int64_t clock, int pushes);
+  void Progress(int worker, int64_t clock) { clocks_.Advance(worker, clock); }
+  // Answers the held pulls that became ready (bsp/ssp).
+  void ReleaseHeld();
+  // Builds and sends the reply of a ready pull (or its error).
+  void AnswerPull(const proto::Header& h, const Message& msg);
+  Status ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,
+                   Buffer* values);
+  // DC-ASGD: remembers the `n` keys' floats `values` just served to the pull `h`.
+  void RecordPull(const proto::Header& h, const uint64_t* keys, size_t n, const float* values);
 
   const uint32_t id_;
   const proto::TableSpec spec_;
-  const config::ConsistencyConfig cc_;
-  const float momentum_;
+  const ShardRules rules_;
   const uint64_t num_chunks_;
-  const int mode_;  // kBsp / kSsp / kAsync
+  const std::unique_ptr<ConsistencyPolicy> policy_;
   Store* const store_;
+  const std::unique_ptr<Updater> updater_;
   ServerCounters* const counters_;
-  const bool row_ids_;  // sparse table on a store with row ids: windows merge by row id
+  Replier* const replier_;
+  const bool row_ids_;      // sparse table on a store with row ids: windows merge by row id
+  const bool ack_on_apply_;  // Store::acks_after_apply()
 
   uint64_t version_ = 0;
   int64_t done_ = 0;                      // bsp: clocks closed
   std::map<int64_t, Window> windows_;     // bsp: by clock; ssp/async: one, at clock 0
   std::vector<MergeBuffer> spare_;        // bsp: cleared buffers of closed windows, reused
   std::vector<RowMergeBuffer> spare_rows_;
-  std::unordered_map<int, int64_t> progress_;
-  std::vector<int> live_;
-  bool live_known_ = false;
+  WorkerClocks clocks_;
   std::vector<HeldPull> held_;
   int64_t cut_clock_ = std::numeric_limits<int64_t>::max();
+  Status failed_;                          // OK until a window's apply fails
   std::unique_ptr<DelayCompensation> dc_;  // dc_lambda > 0
   // Scratch of Push / ApplyWindow, kept to avoid allocating per push.
   std::vector<float> dc_g_, dc_w_;

@@ -12,6 +12,7 @@
 #include "server/native_store.h"
 #include "server/server.h"
 #include "server/sparse_table.h"
+#include "server/updater.h"
 #include "tests/testing/cluster_fixture.h"
 
 namespace osprey::server {
@@ -113,6 +114,7 @@ class CutTest : public ::testing::Test {
       spec.id = static_cast<uint32_t>(i);
       spec.config = cluster_->tables()[i];
       if (spec.config.type == config::TableType::kDense) spec.owned_chunks = {0, 1, 2};
+      spec.state = (*Updater::Make(spec.config.optimizer))->state_layout();
       EXPECT_TRUE(store.CreateTable(spec).ok());
       now.tables.push_back(cluster_->map().tables(static_cast<int>(i)));
       now.optimizers.push_back(OptimizerTypeName(spec.config.optimizer.type));

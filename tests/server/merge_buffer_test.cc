@@ -14,39 +14,29 @@
 #include "server/merge_buffer.h"
 #include "server/native_store.h"
 #include "server/table_shard.h"
+#include "server/updater.h"
+#include "tests/server/recording_replier.h"
 
 namespace osprey::server {
 namespace {
 
-// A NativeStore that hides its row ids, so TableShard takes the key-hash MergeBuffer path.
+// A NativeStore that hides its row ids, so TableShard takes the key-hash MergeBuffer path (the
+// one a store without row ids, e.g. a Redis store, takes).
 class NoRowIdStore : public Store {
  public:
   Status CreateTable(const StoreTableSpec& s) override { return inner_.CreateTable(s); }
   Status PullRows(uint32_t t, const uint64_t* k, size_t n, float* out) override {
     return inner_.PullRows(t, k, n, out);
   }
-  Status PushRows(uint32_t t, const uint64_t* k, size_t n, const float* g,
-                  const RowUpdate& u) override {
-    return inner_.PushRows(t, k, n, g, u);
-  }
-  Status PushRows(uint32_t t, const uint64_t* k, size_t n, const float* const* g,
-                  const RowUpdate& u) override {
-    return inner_.PushRows(t, k, n, g, u);
-  }
-  Status RowStaleness(uint32_t t, const uint64_t* k, size_t n, uint64_t since, uint64_t cap,
-                      uint64_t* out) const override {
-    return inner_.RowStaleness(t, k, n, since, cap, out);
+  Status VisitRows(uint32_t t, const uint64_t* k, size_t n, RowAccess a,
+                   const RowBlockFn& fn) override {
+    return inner_.VisitRows(t, k, n, a, fn);
   }
   Status PullChunks(uint32_t t, const uint64_t* c, size_t n, float* out) override {
     return inner_.PullChunks(t, c, n, out);
   }
-  Status PushChunks(uint32_t t, const uint64_t* c, size_t n, const float* g,
-                    const ApplyOptions& o) override {
-    return inner_.PushChunks(t, c, n, g, o);
-  }
-  Status PushChunks(uint32_t t, const uint64_t* c, size_t n, const float* const* g,
-                    const ApplyOptions& o) override {
-    return inner_.PushChunks(t, c, n, g, o);
+  Status VisitChunks(uint32_t t, const uint64_t* c, size_t n, const ChunkBlockFn& fn) override {
+    return inner_.VisitChunks(t, c, n, fn);
   }
   Status InitChunks(uint32_t t, const uint64_t* c, size_t n, const float* v) override {
     return inner_.InitChunks(t, c, n, v);
@@ -107,16 +97,15 @@ std::vector<Push> RandomPushes(int count, size_t keys_per_push, uint64_t seed) {
 // Runs `pushes` through a TableShard over `store`; returns every record by key.
 std::map<uint64_t, std::vector<float>> RunShard(Store* store, const config::TableConfig& cfg,
                                                 const std::vector<Push>& pushes) {
-  StoreTableSpec spec;
-  spec.config = cfg;
-  EXPECT_TRUE(store->CreateTable(spec).ok());
   proto::TableSpec ps;
   ps.set_name(cfg.name);
   ps.set_type(proto::TABLE_SPARSE);
   ps.set_dim(cfg.dim);
   ServerCounters counters;
-  TableShard shard(0, ps, cfg, 0, store, &counters);
-  std::vector<HeldPull> ready;
+  testing::RecordingReplier replier;
+  auto created = TableShard::Create(0, ps, cfg, {}, 0, store, &counters, &replier);
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  TableShard& shard = **created;
   for (const Push& p : pushes) {
     proto::Header h;
     h.set_version(p.version == 0 ? shard.version() : p.version);
@@ -128,7 +117,7 @@ std::map<uint64_t, std::vector<float>> RunShard(Store* store, const config::Tabl
       s = shard.Push(h, p.keys.data(), p.keys.size(), p.g.data(), 0);
     }
     EXPECT_TRUE(s.ok()) << s.ToString();
-    EXPECT_TRUE(shard.Advance(0, &ready).ok());
+    EXPECT_TRUE(shard.Advance(0).ok());
   }
   std::map<uint64_t, std::vector<float>> out;
   EXPECT_TRUE(store
@@ -169,6 +158,9 @@ TEST(MergeBufferTest, RowIdPathEqualsKeyPathAndReferenceBitExact) {
     NativeStore ref;
     StoreTableSpec spec;
     spec.config = cfg;
+    auto updater = Updater::Make(cfg.optimizer);
+    ASSERT_TRUE(updater.ok());
+    spec.state = (*updater)->state_layout();
     ASSERT_TRUE(ref.CreateTable(spec).ok());
     for (size_t w = 0; w < pushes.size(); w += per_window) {
       std::vector<uint64_t> keys;
@@ -190,7 +182,7 @@ TEST(MergeBufferTest, RowIdPathEqualsKeyPathAndReferenceBitExact) {
       o.grad_scale = 1.0f / per_window;
       RowUpdate u(o);
       u.version = w / per_window + 1;
-      ASSERT_TRUE(ref.PushRows(0, keys.data(), keys.size(), sum.data(), u).ok());
+      ASSERT_TRUE((*updater)->ApplyRows(&ref, 0, keys.data(), keys.size(), kDim, sum.data(), u).ok());
     }
     std::map<uint64_t, std::vector<float>> r;
     ASSERT_TRUE(ref.ExportRecords(0, [&](uint64_t key, const float* d, size_t n) {

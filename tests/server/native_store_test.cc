@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "server/sparse_table.h"
+#include "server/updater.h"
 
 namespace osprey::server {
 namespace {
@@ -61,14 +62,68 @@ TEST(NativeStoreTest, DuplicateKeysInOnePushApplyTwice) {
   StoreTableSpec spec;
   spec.config = SparseConfig(1);
   spec.config.init.type = config::InitType::kZeros;
+  auto updater = Updater::Make(spec.config.optimizer);
+  ASSERT_TRUE(updater.ok());
+  spec.state = (*updater)->state_layout();
   ASSERT_TRUE(store.CreateTable(spec).ok());
   std::vector<uint64_t> keys = {4, 4};
   std::vector<float> g = {1.0f, 2.0f};
-  ASSERT_TRUE(store.PushRows(0, keys.data(), 2, g.data(), ApplyOptions{}).ok());
+  ASSERT_TRUE((*updater)->ApplyRows(&store, 0, keys.data(), 2, 1, g.data(), ApplyOptions{}).ok());
   float out;
   ASSERT_TRUE(store.PullRows(0, keys.data(), 1, &out).ok());
   EXPECT_FLOAT_EQ(out, -0.3f);
   EXPECT_EQ(store.num_rows(0), 1u);
+}
+
+// The Store contract the Updater relies on (what a second backend must do too): kRead hands out
+// null for missing rows and creates nothing; kUpdate creates rows with the layout's initial state
+// and keeps what the callback writes, history included; blocks cover the keys in order.
+TEST(NativeStoreTest, VisitRowsReadCreatesNothingAndUpdateKeepsWrites) {
+  NativeStore store;
+  StoreTableSpec spec;
+  spec.config = SparseConfig(2, "adagrad");
+  spec.config.optimizer.initial_accumulator = 0.25f;
+  spec.state = (*Updater::Make(spec.config.optimizer))->state_layout();
+  ASSERT_TRUE(store.CreateTable(spec).ok());
+  std::vector<uint64_t> keys(kRowBlockRows + 3);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + i;
+  size_t seen = 0;
+  ASSERT_TRUE(store.VisitRows(0, keys.data(), keys.size(), RowAccess::kRead, [&](const RowBlock& b) {
+    EXPECT_EQ(b.begin, seen);
+    for (size_t j = 0; j < b.n; ++j) {
+      EXPECT_EQ(b.rows[j], nullptr);
+      EXPECT_EQ(b.history[j], nullptr);
+    }
+    seen += b.n;
+    return Status::OK();
+  }).ok());
+  EXPECT_EQ(seen, keys.size());
+  EXPECT_EQ(store.num_rows(0), 0u);
+  ASSERT_TRUE(store.VisitRows(0, keys.data(), keys.size(), RowAccess::kUpdate, [&](const RowBlock& b) {
+    for (size_t j = 0; j < b.n; ++j) {
+      EXPECT_EQ(b.rows[j][2], 0.25f);  // the state after the 2 weights: initial_accumulator
+      EXPECT_EQ(b.history[j][0], 0u);
+      b.rows[j][0] = static_cast<float>(b.begin + j);
+      b.history[j][0] = 7;
+    }
+    return Status::OK();
+  }).ok());
+  EXPECT_EQ(store.num_rows(0), keys.size());
+  ASSERT_TRUE(store.VisitRows(0, keys.data(), keys.size(), RowAccess::kRead, [&](const RowBlock& b) {
+    for (size_t j = 0; j < b.n; ++j) {
+      EXPECT_EQ(b.rows[j][0], static_cast<float>(b.begin + j));
+      EXPECT_EQ(b.history[j][0], 7u);
+    }
+    return Status::OK();
+  }).ok());
+  // A callback's error stops the visit and is returned.
+  int blocks = 0;
+  Status s = store.VisitRows(0, keys.data(), keys.size(), RowAccess::kUpdate, [&](const RowBlock&) {
+    ++blocks;
+    return DataLoss("stop");
+  });
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(blocks, 1);
 }
 
 TEST(NativeStoreTest, DenseChunksAndShortLastChunk) {
@@ -79,6 +134,7 @@ TEST(NativeStoreTest, DenseChunksAndShortLastChunk) {
   spec.config.size = 10;
   spec.config.chunk_floats = 4;
   spec.owned_chunks = {0, 2};
+  spec.state = (*Updater::Make(spec.config.optimizer))->state_layout();
   ASSERT_TRUE(store.CreateTable(spec).ok());
   EXPECT_EQ(store.ChunkFloats(0, 0), 4u);
   EXPECT_EQ(store.ChunkFloats(0, 2), 2u);

@@ -211,8 +211,14 @@ TEST(ServerActivationTest, RequestsBeforeActivateAreHeldThenServed) {
   InprocCluster cluster(1);
   RawPeer peer(cluster.NewTransport(), "inproc://server-0");
   peer.Send(Req(proto::OP_PULL_SPARSE, 0, 1, 0), VecBuf<uint64_t>({1}), Buffer());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Activate only once the server holds the request (it arrived before the shard map did).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (cluster.server(0).num_early_requests() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(cluster.server(0).num_early_requests(), 1u);
   ASSERT_TRUE(cluster.ActivateAll().ok());
+  EXPECT_EQ(cluster.server(0).num_early_requests(), 0u);
   proto::Header r;
   Buffer out;
   ASSERT_TRUE(peer.Next(&r, &out));

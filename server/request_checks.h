@@ -1,0 +1,23 @@
+// The checks of a data request's frames against its table that need no table state: key and
+// chunk ownership, the keys frame's size, a sparse pull's row cast. Each returns the error the
+// requester gets (InvalidArgument / FailedPrecondition naming the table and the problem).
+// Thread-safety: pure functions of their arguments.
+#pragma once
+
+#include "common/status.h"
+#include "common/transport.h"
+#include "proto/wire.h"
+#include "server/table_shard.h"
+
+namespace osprey::server {
+
+// The keys frame holds h.num_keys() u64s, every sparse key belongs to server `rank` of
+// `num_servers` and every dense chunk id exists and belongs to it.
+Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t, int rank,
+                    int num_servers);
+// A sparse pull's codec asks for its rows as fp16 or bf16 (common/codec/row_cast.h):
+// InvalidArgument unless codec and value type name one of those and codec_count is the rows'
+// float count.
+Status ValidatePullCast(const proto::Header& h, const TableShard& t);
+
+}  // namespace osprey::server

@@ -1,0 +1,103 @@
+// TableShard's pull side: readiness, held pulls and the pull replies (see table_shard.h).
+#include "common/codec/row_cast.h"
+#include "server/table_shard.h"
+
+namespace osprey::server {
+
+Status TableShard::Pull(const proto::Header& h, Message msg, int64_t now_us) {
+  if (!failed_.ok()) {
+    replier_->ReplyError(msg.peer, h, failed_);
+    return failed_;
+  }
+  bool ready = !policy_->tracks_progress() || h.clock() <= 0;
+  if (!ready) {
+    Progress(h.worker_rank(), h.clock());
+    ready = policy_->PullReady(h.clock(), done_, clocks_.Slowest());
+  }
+  if (ready) {
+    AnswerPull(h, msg);
+    return Status::OK();
+  }
+  counters_->pulls_held.fetch_add(1, std::memory_order_relaxed);
+  held_.push_back(HeldPull{std::move(msg), h});
+  // The pull itself may be the progress the oldest bsp window waited for (a worker that pulls a
+  // table it does not push, e.g. a GPU host group's non-owner): close what can close.
+  return Advance(now_us);
+}
+
+void TableShard::ReleaseHeld() {
+  if (held_.empty()) return;
+  // With no live worker left nothing can advance the clocks: every held pull is answered.
+  const int64_t slowest = clocks_.Slowest();
+  std::vector<HeldPull> ready;
+  size_t kept = 0;
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (policy_->Release(held_[i].header.clock(), done_, slowest)) {
+      ready.push_back(std::move(held_[i]));
+    } else {
+      if (kept != i) held_[kept] = std::move(held_[i]);
+      ++kept;
+    }
+  }
+  held_.resize(kept);
+  if (policy_->ApplyBeforeRelease() && !ready.empty() && !windows_.empty()) {
+    // ssp: released pulls see every push received.
+    if (!ApplyWindow(&windows_.begin()->second, 0).ok()) {
+      for (const HeldPull& p : ready) replier_->ReplyError(p.msg.peer, p.header, failed_);
+      return;
+    }
+  }
+  for (const HeldPull& p : ready) AnswerPull(p.header, p.msg);
+}
+
+void TableShard::AnswerPull(const proto::Header& h, const Message& msg) {
+  proto::Header reply = ReplyHeader(h);
+  Buffer values;
+  Status s = ServePull(h, msg, &reply, &values);
+  if (!s.ok()) {
+    replier_->ReplyError(msg.peer, h, s);
+  } else {
+    replier_->Reply(msg.peer, reply, std::move(values));
+  }
+}
+
+Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,
+                             Buffer* values) {
+  const uint64_t* keys = msg.keys.as<uint64_t>();
+  const size_t n = h.num_keys();
+  size_t floats = sparse() ? n * spec_.dim() : 0;
+  if (!sparse()) {
+    for (size_t i = 0; i < n; ++i) floats += store_->ChunkFloats(id_, keys[i]);
+  }
+  // Dense: a snapshot of the store's own block when the message covers consecutive chunks (a
+  // client's whole route does), sent without copying; the store copies on its next write while
+  // the reply is still in flight, so the chunks of this reply are never torn.
+  if (sparse() || !store_->PullChunksView(id_, keys, n, values) ||
+      values->size() != floats * sizeof(float)) {
+    *values = Buffer::Allocate(floats * sizeof(float));
+    float* out = reinterpret_cast<float*>(values->mutable_data());
+    OSPREY_RETURN_IF_ERROR(sparse() ? store_->PullRows(id_, keys, n, out)
+                                    : store_->PullChunks(id_, keys, n, out));
+  }
+  RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
+  if (sparse() && h.codec() != proto::CODEC_NONE) {  // validated by the Server: fp16 / bf16 rows
+    const auto type = static_cast<codec::ValueType>(h.codec_value_type());
+    Buffer cast = Buffer::Allocate(floats * codec::RowValueBytes(type));
+    codec::CastRowValues(values->as<float>(), floats, type, cast.mutable_data());
+    *values = std::move(cast);
+    reply->set_codec(h.codec());
+    reply->set_codec_value_type(h.codec_value_type());
+    reply->set_codec_count(floats);
+  }
+  reply->set_version(version_);
+  reply->set_num_keys(0);
+  reply->set_value_bytes(values->size());
+  return Status::OK();
+}
+
+void TableShard::RecordPull(const proto::Header& h, const uint64_t* keys, size_t n,
+                            const float* values) {
+  if (dc_) dc_->RecordPull(h.worker_rank(), keys, n, values);
+}
+
+}  // namespace osprey::server
