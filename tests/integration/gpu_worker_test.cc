@@ -46,9 +46,16 @@ Launch LaunchJob(const std::string& name, const std::string& sets) {
   return l;
 }
 
+// Any worker's log may say so: with two workers the launcher stops the job when the first one
+// fails, which may be before the other has written its own message.
 bool NoGpu(const Launch& l) {
-  return l.worker0.find("no CUDA device is visible") != std::string::npos ||
-         l.worker0.find("built without CUDA") != std::string::npos;
+  for (const std::string& log : {l.worker0, ReadFile(l.logs + "/worker-1.log")}) {
+    if (log.find("no CUDA device is visible") != std::string::npos ||
+        log.find("built without CUDA") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
 }
 
 #define SKIP_WITHOUT_GPU(launch)                                                      \
