@@ -124,9 +124,33 @@ void Coordinator::Handle(Message&& msg) {
   Send(&out);
 }
 
+Status Coordinator::Authorize(proto::Op op, PeerRole role) const {
+  if (role == PeerRole::kUnauthenticated) {
+    if (config_.security.mode == config::SecurityMode::kNone) return Status::OK();
+    return PermissionDenied(OpName(op) + " from an unauthenticated peer");
+  }
+  bool ok = true;
+  switch (op) {
+    case proto::OP_SHUTDOWN: ok = role == PeerRole::kAdmin || role == PeerRole::kCoordinator; break;
+    case proto::OP_CLUSTER_STATE: break;
+    default: ok = role == PeerRole::kServer || role == PeerRole::kWorker; break;
+  }
+  if (ok) return Status::OK();
+  return PermissionDenied(OpName(op) + " from role '" + PeerRoleName(role) +
+                          "' is not allowed (" +
+                          (op == proto::OP_SHUTDOWN ? "only the launcher / admin may"
+                                                    : "only servers and workers may") + ")");
+}
+
 void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outbox* out) {
   const ReplyAddress from{msg.peer, header.request_id()};
   const proto::Op op = header.op();
+  if (Status allowed = Authorize(op, msg.peer_role); !allowed.ok()) {
+    bad_requests_.fetch_add(1);
+    refusals_.Record(static_cast<unsigned>(op) & 31, msg.peer, msg.peer_role, allowed);
+    out->push_back(OutgoingReply{from, allowed, Buffer()});
+    return;
+  }
   proto::RegisterRequest reg;
   proto::Heartbeat hb;
   proto::BarrierRequest barrier;

@@ -38,6 +38,8 @@ void CheckpointRunningJob(const std::string& config, const std::string& base) {
     std::freopen(out.c_str(), "a", stdout);
     execl((bin + "/osprey").c_str(), "osprey", "launch", (src + "/configs/" + config).c_str(),
           "--quiet", "--set", "train.steps=1000000", "--log-dir", (base + "/logs").c_str(),
+          // A request may name only the job's checkpoint.dir (or beneath it).
+          "--set", ("checkpoint.dir=" + base + "/ckpt").c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }
