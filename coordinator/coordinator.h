@@ -85,6 +85,12 @@ class Coordinator {
   // group) servers and workers. Under security: curve a peer without a role may do nothing;
   // under none every peer is trusted. PermissionDenied naming the op and the role.
   Status Authorize(proto::Op op, PeerRole role) const;
+  // OP_REGISTER: the role registered as must be the key's (server key: a server, worker key: a
+  // worker). PermissionDenied otherwise.
+  Status AuthorizeRegister(proto::Role claimed, PeerRole role) const;
+  // False when `why` is OK; else counts, logs (once per op) and queues the error reply.
+  bool Refused(const Message& msg, const ReplyAddress& from, proto::Op op, const Status& why,
+               Outbox* out);
   void TimerLoop();
   // Sends the replies; called without mu_ held.
   void Send(Outbox* out);

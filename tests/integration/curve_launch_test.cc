@@ -1,6 +1,6 @@
 // `osprey launch configs/local-curve.yaml` as real processes on real sockets, attacked while it
 // trains: a peer with an unknown key, a peer without CURVE, a worker key sending control ops, an
-// admin asking for a checkpoint in a foreign directory. Each is refused, counted (the servers'
+// admin asking for a checkpoint in a foreign directory, a worker key registering as a server. Each is refused, counted (the servers'
 // statistics), logged once; the job completes. And CURVE does not change what the job learns.
 #include <signal.h>
 #include <sys/wait.h>
@@ -142,6 +142,12 @@ TEST(CurveLaunchTest, StrangersAndWrongRolesAreRefusedAndTheJobCompletes) {
   ASSERT_TRUE(worker_to_coord.ok());
   Status shut = (*worker_to_coord)->CallRaw(proto::OP_SHUTDOWN, "stranger", nullptr, 5000);
   EXPECT_EQ(shut.code(), StatusCode::kPermissionDenied) << shut.ToString();
+  // ... nor take a server's place in the shard map.
+  proto::RegisterRequest as_server;
+  as_server.set_role(proto::ROLE_SERVER);
+  as_server.set_endpoint("tcp://127.0.0.1:1");
+  Status reg = (*worker_to_coord)->Call(proto::OP_REGISTER, &as_server, nullptr, 5000);
+  EXPECT_EQ(reg.code(), StatusCode::kPermissionDenied) << reg.ToString();
   (*worker_to_coord)->Stop();
   // 4. The admin naming a foreign checkpoint directory.
   auto as_admin = Dial(keys, PeerRole::kAdmin, PeerRole::kServer, server);
