@@ -58,6 +58,8 @@ osprey::proto::ServerReport MakeServerReport(int rank, const osprey::server::Ser
   p->set_pulls_held(st.pulls_held);
   p->set_dc_compensated(st.dc_compensated);
   p->set_dc_uncompensated(st.dc_uncompensated);
+  p->set_refused(st.refused);
+  p->set_auth_refused(st.auth_refused);
   for (uint64_t b : st.staleness) p->add_staleness_histogram(b);
   r.set_decoded_pushes(ds.frames.load());
   r.set_decode_bytes_encoded(ds.bytes_encoded.load());

@@ -170,7 +170,11 @@ TEST(CurveLaunchTest, StrangersAndWrongRolesAreRefusedAndTheJobCompletes) {
   EXPECT_EQ(count("from role 'worker' (only the coordinator or admin may)"), 1u) << log;
   EXPECT_EQ(count("is outside the configured checkpoint.dir"), 1u) << log;
   EXPECT_EQ(count("curve: refused a connection"), 1u) << log;
-  EXPECT_GT(testing::JsonNumber(ReadFile(base + "/report.json"), "auc"), 0.7);
+  const std::string report = ReadFile(base + "/report.json");
+  EXPECT_GT(testing::JsonNumber(report, "auc"), 0.7);
+  // The servers' final reports carry the counts into the job's report.
+  EXPECT_EQ(testing::JsonNumber(report, "server_refused"), 3) << report;
+  EXPECT_GE(testing::JsonNumber(report, "server_auth_refused"), 2) << report;
 }
 
 // CURVE changes the bytes on the wire, not what is computed: same seeds, same AUC (within what
