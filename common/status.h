@@ -29,6 +29,7 @@ enum class StatusCode : int {
   kAborted = 10,
   kUnimplemented = 11,
   kInternal = 12,
+  kPermissionDenied = 13,  // the peer's role may not make this request
 };
 
 // Returns the code's name, e.g. "InvalidArgument".
@@ -60,6 +61,7 @@ class [[nodiscard]] Status {
 };
 
 inline Status InvalidArgument(std::string m) { return Status(StatusCode::kInvalidArgument, std::move(m)); }
+inline Status AlreadyExists(std::string m) { return Status(StatusCode::kAlreadyExists, std::move(m)); }
 inline Status NotFound(std::string m) { return Status(StatusCode::kNotFound, std::move(m)); }
 inline Status OutOfRange(std::string m) { return Status(StatusCode::kOutOfRange, std::move(m)); }
 inline Status FailedPrecondition(std::string m) { return Status(StatusCode::kFailedPrecondition, std::move(m)); }
@@ -70,6 +72,7 @@ inline Status DataLoss(std::string m) { return Status(StatusCode::kDataLoss, std
 inline Status Aborted(std::string m) { return Status(StatusCode::kAborted, std::move(m)); }
 inline Status Unimplemented(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 inline Status Internal(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+inline Status PermissionDenied(std::string m) { return Status(StatusCode::kPermissionDenied, std::move(m)); }
 
 // Holds either a T or a non-OK Status.
 template <typename T>

@@ -26,6 +26,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/buffer.h"
 #include "common/status.h"
@@ -34,8 +36,23 @@ namespace osprey {
 
 using PeerId = int32_t;
 
+// Who an authenticated peer is (ZmqTransport with CURVE: the role its public key is listed under,
+// told by the ZAP handler). kUnauthenticated: security is off, or the message came in on a
+// dialer (the listener it dialed was authenticated by its server key instead). Receivers decide
+// what a role may do; the transport only reports it.
+enum class PeerRole : uint8_t { kUnauthenticated = 0, kCoordinator, kServer, kWorker, kAdmin };
+
+// "coordinator", "server", "worker", "admin" (the key-file and ZAP user-id names), or
+// "unauthenticated".
+const char* PeerRoleName(PeerRole role);
+// The role called `name` (one of the four key names); false when there is none.
+bool ParsePeerRole(const std::string& name, PeerRole* role);
+
 struct Message {
   PeerId peer = -1;  // receive: who sent it; send: where it goes
+  // Receive: the sender's authenticated role (ZmqTransport: from the ZAP handler; ignored by its
+  // Send). InprocTransport delivers the value the sender set, so a test gives the role itself.
+  PeerRole peer_role = PeerRole::kUnauthenticated;
   Buffer header;
   Buffer keys;
   Buffer values;
@@ -51,6 +68,7 @@ struct TransportStats {
   uint64_t bytes_received = 0;
   uint64_t malformed_received = 0;  // messages with a frame count other than 3, dropped
   uint64_t send_failures = 0;       // Send() calls to a known peer that returned an error
+  uint64_t auth_refused = 0;        // CURVE: connections refused (unknown key, no CURVE, ...)
 };
 
 class Transport {
@@ -86,6 +104,19 @@ class Transport {
 
 class InprocHub;  // inproc_transport.h
 
+// ZeroMQ CURVE (kind "zmq" only). Keys are Z85 text (40 characters), as zmq_curve_keypair makes
+// them. With `enabled`, every socket is encrypted and authenticated: the listener is a CURVE
+// server with `secret_key` and a ZAP handler that admits only the public keys in `allowed` (and
+// stamps each message with the key's role); every dialer is a CURVE client with this keypair that
+// expects the listener to hold the secret of `server_key`.
+struct CurveOptions {
+  bool enabled = false;
+  std::string public_key;
+  std::string secret_key;
+  std::string server_key;  // the public key of the listeners this transport Connect()s to
+  std::vector<std::pair<std::string, PeerRole>> allowed;  // public key -> role
+};
+
 // What MakeTransport builds.
 struct TransportOptions {
   std::string kind = "zmq";  // "zmq" or "inproc"
@@ -100,6 +131,7 @@ struct TransportOptions {
   // kind == "inproc": the hub that connects the transports of one test; required. Transports
   // find each other through "inproc://name" endpoints registered in this hub (no global state).
   std::shared_ptr<InprocHub> hub;
+  CurveOptions curve;
 };
 
 // Factory: InvalidArgument for an unknown kind or an inproc transport without a hub.

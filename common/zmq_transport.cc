@@ -1,5 +1,7 @@
 #include "common/zmq_transport.h"
 
+#include "common/zmq_curve.h"
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -117,6 +119,7 @@ ZmqTransport::ZmqTransport(const TransportOptions& options) : options_(options) 
   zmq_ctx_set(ctx_, ZMQ_IO_THREADS, options_.io_threads > 0 ? options_.io_threads : 1);
   zmq_ctx_set(ctx_, ZMQ_BLOCKY, 0);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (options_.curve.enabled) zap_ = std::make_unique<ZapHandler>(ctx_, options_.curve.allowed);
   std::random_device rd;
   rng_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
 }
@@ -127,6 +130,7 @@ ZmqTransport::~ZmqTransport() {
     MutexLock lock(&mu_);
     CloseSockets();
   }
+  if (zap_ != nullptr) zap_->Stop();  // its sockets belong to ctx_
   if (wake_fd_ >= 0) ::close(wake_fd_);
   zmq_ctx_term(ctx_);
 }
@@ -142,11 +146,19 @@ void* ZmqTransport::NewSocket(int type) {
     // Mandatory: a reply to a vanished peer fails (and is counted) instead of vanishing silently.
     zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
     zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof(one));
+    if (options_.curve.enabled && ApplyCurveServer(s, options_.curve) != 0) {
+      zmq_close(s);
+      return nullptr;
+    }
   } else {
     // A fixed identity keeps this dialer's listener-side PeerId across reconnects. ZeroMQ
     // reserves identities that start with a zero byte for its own.
     uint64_t id = rng_() | 1;
     zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
+    if (options_.curve.enabled && ApplyCurveClient(s, options_.curve) != 0) {
+      zmq_close(s);
+      return nullptr;
+    }
   }
   return s;
 }
@@ -167,6 +179,15 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
   if (router_ == nullptr) {
     router_ = NewSocket(ZMQ_ROUTER);
     if (router_ == nullptr) return Internal(std::string("zmq_socket: ") + zmq_strerror(zmq_errno()));
+    if (zap_ != nullptr) {
+      // Before the first bind: a CURVE server without its ZAP handler admits any key.
+      Status zap = zap_->Start(router_);
+      if (!zap.ok()) {
+        zmq_close(router_);
+        router_ = nullptr;
+        return zap;
+      }
+    }
     sockets_.insert(sockets_.begin(), router_);
     socket_peers_.insert(socket_peers_.begin(), -1);
     sockets_changed_ = true;
@@ -189,6 +210,9 @@ StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
   {
     MutexLock lock(&mu_);
     if (stopped_) return FailedPrecondition("zmq transport: Connect(" + endpoint + ") after Stop");
+    if (options_.curve.enabled && options_.curve.server_key.empty()) {
+      return InvalidArgument("zmq transport: CURVE Connect(" + endpoint + ") without a server key");
+    }
     void* s = NewSocket(ZMQ_DEALER);
     if (s == nullptr) return Internal(std::string("zmq_socket: ") + zmq_strerror(zmq_errno()));
     if (zmq_connect(s, endpoint.c_str()) != 0) {
@@ -344,6 +368,7 @@ bool ZmqTransport::ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bo
     }
   }
   out->peer = peer;
+  if (is_router && zap_ != nullptr) out->peer_role = CurvePeerRole(&frames->parts[0]);
   out->header = frames->View(frames, 0);
   out->keys = frames->View(frames, 1);
   out->values = frames->View(frames, 2);
@@ -409,6 +434,7 @@ TransportStats ZmqTransport::stats() const {
   s.bytes_received = counters_.bytes_received.load();
   s.malformed_received = counters_.malformed_received.load();
   s.send_failures = counters_.send_failures.load();
+  s.auth_refused = zap_ != nullptr ? zap_->refused() : 0;
   return s;
 }
 

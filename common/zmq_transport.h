@@ -29,6 +29,12 @@
 // wake-up, a Send from a thread other than the I/O thread checks ZMQ_EVENTS afterwards and wakes
 // the I/O thread through the eventfd when input became pending.
 //
+// CURVE (options.curve.enabled, zmq_curve.h): the ROUTER is a CURVE server whose ZapHandler is
+// started on this transport's context before the first bind (Listen fails when it cannot be), so
+// only the listed keys connect, and each received message carries its sender's role
+// (Message::peer_role); DEALERs are CURVE clients of options.curve.server_key. Refused connections
+// are counted in stats().auth_refused.
+//
 // Send() never blocks: it returns ResourceExhausted when the peer's ZeroMQ queue is at its
 // send high-water mark (options.sndhwm; 0 = unlimited, the default), Unavailable when a listener
 // peer is no longer connected (the message is counted in stats().send_failures).
@@ -48,6 +54,8 @@
 #include "common/transport.h"
 
 namespace osprey {
+
+class ZapHandler;
 
 class ZmqTransport final : public Transport {
  public:
@@ -99,6 +107,7 @@ class ZmqTransport final : public Transport {
   void* ctx_ = nullptr;
   int wake_fd_ = -1;  // eventfd: Stop, a new socket, input pending after a Send
   Handler handler_;   // set before Start, then read only by the I/O thread
+  std::unique_ptr<ZapHandler> zap_;  // CURVE only; set in the constructor, started by Listen
   std::thread io_thread_;
   std::atomic<std::thread::id> io_thread_id_{};
   std::atomic<bool> stop_requested_{false};

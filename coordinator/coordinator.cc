@@ -124,9 +124,47 @@ void Coordinator::Handle(Message&& msg) {
   Send(&out);
 }
 
+Status Coordinator::Authorize(proto::Op op, PeerRole role) const {
+  if (role == PeerRole::kUnauthenticated) {
+    if (config_.security.mode == config::SecurityMode::kNone) return Status::OK();
+    return PermissionDenied(OpName(op) + " from an unauthenticated peer");
+  }
+  bool ok = true;
+  switch (op) {
+    case proto::OP_SHUTDOWN: ok = role == PeerRole::kAdmin || role == PeerRole::kCoordinator; break;
+    case proto::OP_CLUSTER_STATE: break;
+    default: ok = role == PeerRole::kServer || role == PeerRole::kWorker; break;
+  }
+  if (ok) return Status::OK();
+  return PermissionDenied(OpName(op) + " from role '" + PeerRoleName(role) +
+                          "' is not allowed (" +
+                          (op == proto::OP_SHUTDOWN ? "only the launcher / admin may"
+                                                    : "only servers and workers may") + ")");
+}
+
+// A worker's key must not take a server's place in the shard map, nor the other way round.
+Status Coordinator::AuthorizeRegister(proto::Role claimed, PeerRole role) const {
+  if (role == PeerRole::kUnauthenticated) return Status::OK();  // Authorize has decided
+  if ((claimed == proto::ROLE_SERVER) == (role == PeerRole::kServer)) return Status::OK();
+  return PermissionDenied(std::string("OP_REGISTER as a ") +
+                          (claimed == proto::ROLE_SERVER ? "server" : "worker") + " from role '" +
+                          PeerRoleName(role) + "'");
+}
+
+bool Coordinator::Refused(const Message& msg, const ReplyAddress& from, proto::Op op,
+                          const Status& why, Outbox* out) {
+  if (why.ok()) return false;
+  bad_requests_.fetch_add(1);
+  // One log line per refused op (the kinds of RefusalLog), however many arrive.
+  refusals_.Record(static_cast<unsigned>(op) & 31, msg.peer, msg.peer_role, why);
+  out->push_back(OutgoingReply{from, why, Buffer()});
+  return true;
+}
+
 void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outbox* out) {
   const ReplyAddress from{msg.peer, header.request_id()};
   const proto::Op op = header.op();
+  if (Refused(msg, from, op, Authorize(op, msg.peer_role), out)) return;
   proto::RegisterRequest reg;
   proto::Heartbeat hb;
   proto::BarrierRequest barrier;
@@ -147,6 +185,10 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     default: valid = Unimplemented("the coordinator does not serve " + OpName(op));
   }
   if (valid.ok()) valid = body != nullptr ? ParseBody(msg, op, body) : CheckNoKeys(msg, op);
+  if (valid.ok() && op == proto::OP_REGISTER &&
+      Refused(msg, from, op, AuthorizeRegister(reg.role(), msg.peer_role), out)) {
+    return;
+  }
   if (!valid.ok()) {
     bad_requests_.fetch_add(1);
     OSPREY_LOG_WARN("bad request from peer {}: {}", msg.peer, valid.message());

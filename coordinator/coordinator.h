@@ -20,7 +20,9 @@
 //   OP_CLUSTER_STATE  -> ClusterState; no registration needed (the launcher polls it).
 //   OP_SHUTDOWN       optional values: a reason (UTF-8 text) -> empty reply; starts shutting down,
 //                     the reason becomes the failure.
-// Every incoming message is validated; an unparsable header, a wrong protocol version, an unknown
+// Every request is authorized by the sender's role first (Authorize: refused ones are counted in
+// refused(), logged once per op, answered with PermissionDenied). Every incoming message is
+// validated; an unparsable header, a wrong protocol version, an unknown
 // op or a bad body gets an OP_ERROR reply (request_id echoed when known), is counted in
 // bad_requests(), and the coordinator keeps serving. The rules themselves live in JobState.
 //
@@ -37,6 +39,7 @@
 
 #include "common/config/cluster_config.h"
 #include "common/mutex.h"
+#include "common/refusal_log.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "coordinator/job_state.h"
@@ -70,11 +73,24 @@ class Coordinator {
   proto::ClusterState State() const;
   // Malformed or refused-at-the-door messages (not requests refused by the rules).
   uint64_t bad_requests() const { return bad_requests_.load(); }
+  // Requests refused for the sender's role (see Authorize); also counted in bad_requests().
+  uint64_t refused() const { return refusals_.total(); }
 
  private:
   void Handle(Message&& msg);
   // Validates the body of one request and applies it to state_; the replies go to *out.
   void Dispatch(const Message& msg, const proto::Header& header, Outbox* out);
+  // Who may send what: OP_SHUTDOWN only the admin (launcher, tools) or coordinator role,
+  // OP_CLUSTER_STATE any job key, the node ops (register, heartbeat, barrier, reports, host
+  // group) servers and workers. Under security: curve a peer without a role may do nothing;
+  // under none every peer is trusted. PermissionDenied naming the op and the role.
+  Status Authorize(proto::Op op, PeerRole role) const;
+  // OP_REGISTER: the role registered as must be the key's (server key: a server, worker key: a
+  // worker). PermissionDenied otherwise.
+  Status AuthorizeRegister(proto::Role claimed, PeerRole role) const;
+  // False when `why` is OK; else counts, logs (once per op) and queues the error reply.
+  bool Refused(const Message& msg, const ReplyAddress& from, proto::Op op, const Status& why,
+               Outbox* out);
   void TimerLoop();
   // Sends the replies; called without mu_ held.
   void Send(Outbox* out);
@@ -92,6 +108,7 @@ class Coordinator {
   bool stopped_ GUARDED_BY(mu_) = false;
 
   std::atomic<uint64_t> bad_requests_{0};
+  RefusalLog refusals_;  // logs the first refusal of each op
   std::thread timer_;
 };
 

@@ -36,7 +36,14 @@ int Run(const Flags& flags) {
     std::fprintf(stderr, "osprey-coordinator: %s\n", st.ToString().c_str());
     return config::kExitUsage;
   }
-  StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(TransportOptions{});
+  config::LogSecurityMode(config->security);
+  StatusOr<TransportOptions> options = config::MakeTransportOptions(
+      config->security, PeerRole::kCoordinator, PeerRole::kUnauthenticated);
+  if (!options.ok()) {
+    OSPREY_LOG_ERROR("{}", options.status().ToString());
+    return config::kExitUsage;
+  }
+  StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(*options);
   if (!transport.ok()) {
     OSPREY_LOG_ERROR("{}", transport.status().ToString());
     return 1;

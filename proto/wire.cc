@@ -57,7 +57,7 @@ proto::Header ErrorHeader(const proto::Header& request, const Status& status) {
 Status StatusFromHeader(const proto::Header& header) {
   if (header.op() != proto::OP_ERROR) return Status::OK();
   int code = header.status_code();
-  if (code <= 0 || code > static_cast<int>(StatusCode::kInternal)) code = static_cast<int>(StatusCode::kInternal);
+  if (code <= 0 || code > static_cast<int>(StatusCode::kPermissionDenied)) code = static_cast<int>(StatusCode::kInternal);
   return Status(static_cast<StatusCode>(code), header.error());
 }
 

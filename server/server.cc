@@ -123,6 +123,8 @@ ServerStatsSnapshot Server::stats() const {
   ServerStatsSnapshot s;
   s.requests = requests_.load();
   s.bad_requests = bad_requests_.load();
+  s.refused = refusals_.total();
+  s.auth_refused = transport_->stats().auth_refused;
   s.bytes_in = bytes_in_.load();
   s.bytes_out = bytes_out_.load();
   s.pushes_applied = counters_.pushes_applied.load();
@@ -161,6 +163,9 @@ void Server::Handle(Message&& msg) {
   }
   // ZeroMQ may hand small frames back at any offset of its receive buffer; the store reads keys and
   // floats in place, so a misaligned frame is copied once (large frames are always aligned).
+  Refusal kind = Refusal::kUnauthenticated;
+  Status allowed = AuthorizeServerOp(header->op(), msg.peer_role, roles_required_.load(), &kind);
+  if (!allowed.ok()) return Refuse(msg, *header, allowed, kind);
   msg.keys = AlignedFrame(msg.keys);
   msg.values = AlignedFrame(msg.values);
   proto::Header reply = ReplyHeader(*header);
@@ -168,7 +173,9 @@ void Server::Handle(Message&& msg) {
   bool answered_later = false;
   MutexLock work(&work_mu_);
   Status s = Execute(*header, msg, &reply, &values, &answered_later);
-  if (!s.ok()) {
+  if (s.code() == StatusCode::kPermissionDenied) {
+    Refuse(msg, *header, s, Refusal::kCheckpointDir);
+  } else if (!s.ok()) {
     ReplyError(msg.peer, *header, s);
   } else if (!answered_later) {
     Reply(msg.peer, reply, std::move(values));
@@ -236,6 +243,8 @@ Status Server::ExecuteStats(Buffer* values) {
   st.set_rows_skipped(s.rows_skipped);
   st.set_windows_applied(s.windows_applied);
   st.set_pulls_held(s.pulls_held);
+  st.set_refused(s.refused);
+  st.set_auth_refused(s.auth_refused);
   for (uint64_t b : s.staleness) st.add_staleness_histogram(b);
   uint64_t rows = 0;
   for (size_t i = 0; i < tables_.size(); ++i) rows += store_->num_rows(static_cast<uint32_t>(i));
@@ -247,6 +256,7 @@ Status Server::ExecuteStats(Buffer* values) {
 Status Server::ExecuteCheckpoint(const proto::Header& h, const Message& msg, proto::Header* reply,
                                  Buffer* values, bool* answered_later) {
   std::string dir(reinterpret_cast<const char*>(msg.values.data()), msg.values.size());
+  if (!dir.empty()) OSPREY_RETURN_IF_ERROR(CheckCheckpointDir(dir, checkpoint_.dir));
   if (dir.empty()) dir = checkpoint_.dir;
   if (h.clock() > 0 && scheduler_ != nullptr && scheduler_->has_bsp()) {
     // A bsp cut: the scheduler answers when it is taken.
@@ -330,6 +340,13 @@ void Server::ReplyError(PeerId peer, const proto::Header& request, const Status&
   bad_requests_.fetch_add(1, std::memory_order_relaxed);
   OSPREY_LOG_WARN("bad request {} from peer {}: {}", request.request_id(), peer, status.ToString());
   Reply(peer, ErrorHeader(request, status), Buffer());
+}
+
+void Server::Refuse(const Message& msg, const proto::Header& request, const Status& why,
+                    Refusal kind) {
+  bad_requests_.fetch_add(1, std::memory_order_relaxed);
+  refusals_.Record(static_cast<unsigned>(kind), msg.peer, msg.peer_role, why);
+  Reply(msg.peer, ErrorHeader(request, why), Buffer());
 }
 
 }  // namespace osprey::server

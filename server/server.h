@@ -38,6 +38,8 @@
 #include "proto/wire.h"
 #include "server/checkpoint_scheduler.h"
 #include "server/codec_decode.h"
+#include "common/refusal_log.h"
+#include "server/op_auth.h"
 #include "server/replier.h"
 #include "server/store.h"
 #include "server/table_shard.h"
@@ -57,6 +59,8 @@ struct ServerStatsSnapshot {
   uint64_t rows_skipped = 0;     // non_finite skip_row
   uint64_t windows_applied = 0;  // optimizer steps
   uint64_t pulls_held = 0;
+  uint64_t refused = 0;        // op_auth.h: a role that may not, a foreign checkpoint directory
+  uint64_t auth_refused = 0;   // the transport's refused connections (CURVE)
   // staleness[0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds larger. One entry
   // per sparse row pushed (per-row staleness) and per dense push.
   std::vector<uint64_t> staleness;
@@ -81,9 +85,15 @@ class Server : private Replier {
   // every worker that sent a request counts. May be called before Activate.
   void SetLiveWorkers(std::vector<int> ranks) EXCLUDES(work_mu_);
 
+  // Authorization (op_auth.h): with `required` (security: curve) a request whose sender has no
+  // authenticated role is refused; either way control ops need the coordinator or admin role and
+  // data ops the worker role when the sender has one. Call before Listen.
+  void SetRolesRequired(bool required) { roles_required_.store(required); }
+
   // Checkpoints: the rules are CheckpointScheduler's (checkpoint_scheduler.h). Call before
   // Activate. OP_CHECKPOINT writes one on demand: with header clock 0 (or no bsp table) at once;
-  // with header clock D > 0 and a bsp table, when the cut at D is taken.
+  // with header clock D > 0 and a bsp table, when the cut at D is taken. A request naming a
+  // directory outside checkpoint.dir is refused (op_auth.h CheckCheckpointDir).
   void SetCheckpointConfig(const config::CheckpointConfig& checkpoint) EXCLUDES(work_mu_);
   // Activate restores the checkpoint in `dir` (any server count) before serving anything; a bad
   // checkpoint makes Activate fail with nothing loaded. Logs "server R restored checkpoint DIR
@@ -140,6 +150,9 @@ class Server : private Replier {
   // Replier.
   void Reply(PeerId peer, const proto::Header& header, Buffer values) override;
   void ReplyError(PeerId peer, const proto::Header& request, const Status& status) override;
+  // An error reply for a request refused by op_auth.h: counted in bad_requests and refused,
+  // logged once per kind.
+  void Refuse(const Message& msg, const proto::Header& request, const Status& why, Refusal kind);
 
   std::unique_ptr<Transport> transport_;
   const std::unique_ptr<Store> store_ PT_GUARDED_BY(work_mu_);
@@ -168,6 +181,8 @@ class Server : private Replier {
   std::vector<uint64_t> restored_versions_ GUARDED_BY(work_mu_);
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> bad_requests_{0};
+  std::atomic<bool> roles_required_{false};
+  RefusalLog refusals_;
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
   DecodeStats decode_stats_;

@@ -58,6 +58,8 @@ osprey::proto::ServerReport MakeServerReport(int rank, const osprey::server::Ser
   p->set_pulls_held(st.pulls_held);
   p->set_dc_compensated(st.dc_compensated);
   p->set_dc_uncompensated(st.dc_uncompensated);
+  p->set_refused(st.refused);
+  p->set_auth_refused(st.auth_refused);
   for (uint64_t b : st.staleness) p->add_staleness_histogram(b);
   r.set_decoded_pushes(ds.frames.load());
   r.set_decode_bytes_encoded(ds.bytes_encoded.load());
@@ -153,6 +155,7 @@ int main(int argc, char** argv) {
   config::JobConfig* job = &loaded;
   TuneMallocForLargeMessages();
   (void)InitLogging(job->log_level, "server");
+  config::LogSecurityMode(job->security);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   if (job->cluster.transport == "ipc") {
@@ -161,15 +164,22 @@ int main(int argc, char** argv) {
     if (ec) OSPREY_LOG_WARN("cannot create {}: {}", job->cluster.ipc_dir, ec.message());
   }
 
-  auto transport = MakeTransport(TransportOptions{});
+  auto listen_options = config::MakeTransportOptions(job->security, PeerRole::kServer,
+                                                     PeerRole::kUnauthenticated);
+  if (!listen_options.ok()) return Fail(listen_options.status(), "security");
+  auto coord_options =
+      config::MakeTransportOptions(job->security, PeerRole::kServer, PeerRole::kCoordinator);
+  if (!coord_options.ok()) return Fail(coord_options.status(), "security");
+  auto transport = MakeTransport(*listen_options);
   if (!transport.ok()) return Fail(transport.status(), "transport");
   auto store = server::MakeStore("native");
   if (!store.ok()) return Fail(store.status(), "store");
   server::Server srv(std::move(*transport), std::move(*store));
+  srv.SetRolesRequired(job->security.mode == config::SecurityMode::kCurve);
   auto bound = srv.Listen(listen.empty() ? DefaultEndpoint(job->cluster) : listen);
   if (!bound.ok()) return Fail(bound.status(), "listen");
 
-  auto ctransport = MakeTransport(TransportOptions{});
+  auto ctransport = MakeTransport(*coord_options);
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/config/security_config.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/rpc_client.h"
 #include "tools/commands.h"
@@ -20,9 +21,19 @@ namespace osprey::tools {
 namespace {
 
 // One request to one server over a fresh connection.
+// The transport options of this admin tool: plain, or CURVE with the admin keys of `keys_dir`
+// toward listeners of role `dials`.
+StatusOr<TransportOptions> AdminOptions(const std::string& keys_dir, PeerRole dials) {
+  if (keys_dir.empty()) return TransportOptions{};
+  config::SecurityConfig security{config::SecurityMode::kCurve, keys_dir};
+  return config::MakeTransportOptions(security, PeerRole::kAdmin, dials);
+}
+
 Status CallServer(const std::string& endpoint, proto::Op op, const std::string& payload,
-                  google::protobuf::MessageLite* reply, int timeout_ms, int64_t clock) {
-  auto st = MakeTransport(TransportOptions{});
+                  google::protobuf::MessageLite* reply, int timeout_ms, int64_t clock,
+                  const std::string& keys_dir) {
+  OSPREY_ASSIGN_OR_RETURN(TransportOptions options, AdminOptions(keys_dir, PeerRole::kServer));
+  auto st = MakeTransport(options);
   if (!st.ok()) return st.status();
   auto rpc = coordinator::RpcClient::Create(std::move(*st), endpoint);
   if (!rpc.ok()) return rpc.status();
@@ -34,9 +45,14 @@ Status CallServer(const std::string& endpoint, proto::Op op, const std::string& 
 // The job's live servers from the coordinator (*dead: how many it knows dead; their shards are not
 // saved). Returns false, after printing why, when there is nothing to checkpoint: the coordinator
 // cannot be reached, the rendezvous is not complete, or no server is alive.
-bool LiveServers(const std::string& coordinator, int timeout_ms,
+bool LiveServers(const std::string& coordinator, int timeout_ms, const std::string& keys_dir,
                  std::vector<proto::NodeState>* servers, int* dead) {
-  auto transport = MakeTransport(TransportOptions{});
+  auto options = AdminOptions(keys_dir, PeerRole::kCoordinator);
+  if (!options.ok()) {
+    std::fprintf(stderr, "osprey checkpoint: %s\n", options.status().ToString().c_str());
+    return false;
+  }
+  auto transport = MakeTransport(*options);
   if (!transport.ok()) {
     std::fprintf(stderr, "osprey checkpoint: %s\n", transport.status().ToString().c_str());
     return false;
@@ -83,11 +99,12 @@ bool LiveServers(const std::string& coordinator, int timeout_ms,
 // Round 1: the cut clock, `margin` clocks past the highest bsp clock any server closed (0: no
 // server holds bsp, no cut). Returns false, after printing the server's error, when one fails.
 bool CutClock(const std::vector<proto::NodeState>& servers, int timeout_ms, int64_t margin,
-              int64_t* clock) {
+              const std::string& keys_dir, int64_t* clock) {
   *clock = 0;
   for (const proto::NodeState& node : servers) {
     proto::ServerStats st;
-    Status s = CallServer(node.endpoint(), proto::OP_SERVER_STATS, "", &st, timeout_ms, 0);
+    Status s = CallServer(node.endpoint(), proto::OP_SERVER_STATS, "", &st, timeout_ms, 0,
+                          keys_dir);
     if (!s.ok()) {
       std::fprintf(stderr, "osprey checkpoint: server %d: %s\n", node.rank(), s.ToString().c_str());
       return false;
@@ -100,13 +117,13 @@ bool CutClock(const std::vector<proto::NodeState>& servers, int timeout_ms, int6
 // Round 2: OP_CHECKPOINT at `clock` to every server at once. Returns the exit code (0 when all
 // wrote and none was dead, else 1), or -1 when some server had already passed the clock (retry).
 int CheckpointAll(const std::vector<proto::NodeState>& servers, const std::string& dir,
-                  int timeout_ms, int64_t clock, int dead) {
+                  int timeout_ms, int64_t clock, int dead, const std::string& keys_dir) {
   std::vector<Status> results(servers.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < servers.size(); ++i) {
     threads.emplace_back([&, i] {
       results[i] = CallServer(servers[i].endpoint(), proto::OP_CHECKPOINT, dir, nullptr,
-                              timeout_ms, clock);
+                              timeout_ms, clock, keys_dir);
     });
   }
   for (auto& t : threads) t.join();
@@ -136,10 +153,11 @@ int CheckpointAll(const std::vector<proto::NodeState>& servers, const std::strin
 
 }  // namespace
 
-int RunCheckpoint(const std::string& coordinator, const std::string& dir, int timeout_ms) {
+int RunCheckpoint(const std::string& coordinator, const std::string& dir, int timeout_ms,
+                  const std::string& keys_dir) {
   std::vector<proto::NodeState> servers;
   int dead = 0;
-  if (!LiveServers(coordinator, timeout_ms, &servers, &dead)) return 1;
+  if (!LiveServers(coordinator, timeout_ms, keys_dir, &servers, &dead)) return 1;
   constexpr int kAttempts = 5;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     // A retry means a fast job passed the chosen clock before the request reached a server, so
@@ -147,8 +165,8 @@ int RunCheckpoint(const std::string& coordinator, const std::string& dir, int ti
     // it.
     const int64_t margin = (int64_t{1} << attempt) - 1;
     int64_t clock = 0;
-    if (!CutClock(servers, timeout_ms, margin, &clock)) return 1;
-    const int rc = CheckpointAll(servers, dir, timeout_ms, clock, dead);
+    if (!CutClock(servers, timeout_ms, margin, keys_dir, &clock)) return 1;
+    const int rc = CheckpointAll(servers, dir, timeout_ms, clock, dead, keys_dir);
     if (rc >= 0) return rc;
     std::fprintf(stderr, "osprey checkpoint: retrying with a later clock\n");
   }

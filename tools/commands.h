@@ -21,6 +21,14 @@ int RunDoctor(const std::string& bin_dir);
 // servers and has each write its checkpoint now (into DIR, or the job's checkpoint.dir when empty).
 // Each server writes its own snapshot when the request reaches it (not a cut at one clock across
 // servers). Returns 0 when every live server wrote its file, 1 otherwise (each failure printed).
-int RunCheckpoint(const std::string& coordinator, const std::string& dir, int timeout_ms);
+// With a non-empty `keys_dir` (a job under security: curve) it connects with the admin keypair
+// from there; a server refuses a DIR outside its checkpoint.dir.
+int RunCheckpoint(const std::string& coordinator, const std::string& dir, int timeout_ms,
+                  const std::string& keys_dir);
+
+// `osprey keygen DIR [--force]`: writes the job's CURVE keypairs (coordinator, server, worker,
+// admin; secrets 0600) into DIR. Returns 0, 2 when a key file exists and not `force`, 1 for
+// other errors (each printed).
+int RunKeygen(const std::string& dir, bool force);
 
 }  // namespace osprey::tools

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "osprey.pb.h"
+#include "common/zmq_curve.h"
 #include "tools/commands.h"
 #include "tools/paths.h"
 
@@ -73,6 +74,8 @@ int RunDoctor(const std::string& bin_dir) {
                             (OSPREY_BUILT_WITH_RDMA ? "found" : "not found") + ")");
   Row("Redis store", std::string("not implemented yet (hiredis ") +
                          (OSPREY_BUILT_WITH_REDIS ? "found" : "not found") + ")");
+  Row("CURVE (security)", CurveAvailable() ? "yes (libzmq with libsodium)"
+                                             : "no: this libzmq has no CURVE, security: curve fails");
   std::printf("this machine:\n");
   const std::string smi = FindOnPath("nvidia-smi");
   if (smi.empty()) {

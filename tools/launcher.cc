@@ -16,6 +16,7 @@
 
 #include "job/job_config.h"
 #include "common/transport.h"
+#include "common/zmq_curve.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/final_state.h"
 #include "tools/child_process.h"
@@ -45,6 +46,7 @@ class Launcher {
  private:
   int Prepare();  // 0, or the exit code
   Status PrepareLogDir();
+  Status PrepareKeys();  // security: curve
   Status CheckRestoreDir();
   Status StartChildren();
   Status StartChild(const std::string& name, const std::string& binary,
@@ -66,6 +68,7 @@ class Launcher {
   std::string bin_dir_;
   std::string log_dir_;
   std::string restore_dir_;  // absolute --restore DIR, or ""
+  std::string keys_dir_;     // security: curve: the key directory every child is given
   ChildSet children_;
   size_t coordinator_ = 0;  // index in children_
   std::unique_ptr<coordinator::CoordinatorClient> client_;
@@ -86,7 +89,11 @@ int Launcher::Run() {
   Status st = StartChildren();
   if (int sig = ReceivedStopSignal()) return Interrupted(sig);
   if (!st.ok()) return Fail(st.message(), -1);
-  StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(TransportOptions{});
+  // The launcher polls and stops the job as the admin role.
+  StatusOr<TransportOptions> options =
+      config::MakeTransportOptions(config_.security, PeerRole::kAdmin, PeerRole::kCoordinator);
+  if (!options.ok()) return Fail(options.status().ToString(), -1);
+  StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(*options);
   if (!transport.ok()) return Fail(transport.status().ToString(), -1);
   auto client = coordinator::CoordinatorClient::Create(std::move(transport).value(), endpoint_);
   if (!client.ok()) return Fail(client.status().ToString(), -1);
@@ -128,12 +135,36 @@ int Launcher::Prepare() {
     std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
     return kExitSetup;
   }
+  if (Status st = PrepareKeys(); !st.ok()) {
+    std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
+    return kExitSetup;
+  }
   progress_ = std::make_unique<ProgressMeter>(config_.train.steps);
   tty_ = ::isatty(STDERR_FILENO) == 1;
   std::fprintf(stderr, "osprey launch: %d servers, %d workers; coordinator %s; logs in %s\n",
                config_.cluster.num_servers, config_.cluster.num_workers, endpoint_.c_str(),
                log_dir_.c_str());
+  std::fprintf(stderr, "osprey launch: security %s\n",
+               keys_dir_.empty() ? "none (unauthenticated, unencrypted: loopback only)"
+                                 : ("curve, keys in " + keys_dir_).c_str());
   return 0;
+}
+
+// security: curve with a keys_dir that is empty, absent or without keys: fresh keys for this
+// job in LOG_DIR/keys, so `osprey launch configs/local-curve.yaml` works as it is.
+Status Launcher::PrepareKeys() {
+  if (config_.security.mode != config::SecurityMode::kCurve) return Status::OK();
+  std::error_code ec;
+  const std::string& dir = config_.security.keys_dir;
+  if (!dir.empty() && std::filesystem::exists(dir + "/coordinator.pub", ec)) {
+    keys_dir_ = std::filesystem::absolute(dir, ec).string();
+    if (ec) keys_dir_ = dir;
+  } else {
+    keys_dir_ = log_dir_ + "/keys";
+    OSPREY_RETURN_IF_ERROR(WriteCurveKeys(keys_dir_, /*force=*/true));
+  }
+  config_.security.keys_dir = keys_dir_;
+  return Status::OK();
 }
 
 // Only what the launcher can see cheaply: the directory and its file names. The servers verify
@@ -187,6 +218,7 @@ Status Launcher::StartChildren() {
   std::vector<std::string> common{"--config", config_path_};
   for (const std::string& s : o_.sets) common.insert(common.end(), {"--set", s});
   common.insert(common.end(), {"--set", "cluster.coordinator=" + endpoint_});
+  if (!keys_dir_.empty()) common.insert(common.end(), {"--set", "security.keys_dir=" + keys_dir_});
 
   std::vector<std::string> args = common;
   args.insert(args.end(), {"--final-state", log_dir_ + "/final_state.pb"});

@@ -3,7 +3,8 @@
 //                 [--restore DIR] [--quiet] [--stall-timeout SECONDS]
 //   osprey bench WHAT [ARGS...]
 //   osprey doctor [--bin-dir DIR]
-//   osprey checkpoint --coordinator ENDPOINT [--dir DIR] [--timeout-ms MS]
+//   osprey checkpoint --coordinator ENDPOINT [--dir DIR] [--timeout-ms MS] [--keys DIR]
+//   osprey keygen DIR [--force]
 // Exit codes: 0 success, 1 the job failed, 2 bad flags / config / setup, 128+N interrupted by
 // signal N (launch).
 #include <CLI/CLI.hpp>
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
   doctor_cmd->add_option("--bin-dir", doctor_bin_dir,
                          "where the osprey-* binaries are (default: next to this one)");
 
-  std::string ckpt_coordinator, ckpt_dir;
+  std::string ckpt_coordinator, ckpt_dir, ckpt_keys;
   int ckpt_timeout_ms = 60000;
   CLI::App* ckpt_cmd = app.add_subcommand(
       "checkpoint", "have every live server of a running job write its checkpoint now");
@@ -74,6 +75,15 @@ int main(int argc, char** argv) {
   ckpt_cmd->add_option("--timeout-ms", ckpt_timeout_ms, "per request")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  ckpt_cmd->add_option("--keys", ckpt_keys,
+                       "the job's key directory (security: curve; the admin keypair is used)");
+
+  std::string keygen_dir;
+  bool keygen_force = false;
+  CLI::App* keygen_cmd =
+      app.add_subcommand("keygen", "make a job's CURVE keypairs (coordinator, server, worker, admin)");
+  keygen_cmd->add_option("dir", keygen_dir, "directory for the key files")->required();
+  keygen_cmd->add_flag("--force", keygen_force, "replace existing key files");
 
   try {
     app.parse(argc, argv);
@@ -82,7 +92,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   if (launch_cmd->parsed()) return RunLaunch(launch);
-  if (ckpt_cmd->parsed()) return RunCheckpoint(ckpt_coordinator, ckpt_dir, ckpt_timeout_ms);
+  if (ckpt_cmd->parsed()) {
+    return RunCheckpoint(ckpt_coordinator, ckpt_dir, ckpt_timeout_ms, ckpt_keys);
+  }
+  if (keygen_cmd->parsed()) return RunKeygen(keygen_dir, keygen_force);
   if (doctor_cmd->parsed()) {
     return RunDoctor(doctor_bin_dir.empty() ? SelfBinDir() : doctor_bin_dir);
   }

@@ -36,6 +36,8 @@ void AddServerReports(const proto::ClusterState& state, JobReport* r) {
     r->rows_dropped += st.rows_dropped();
     r->rows_skipped += st.rows_skipped();
     r->pulls_held += st.pulls_held();
+    r->refused += st.refused();
+    r->auth_refused += st.auth_refused();
     r->decoded_pushes += sr.decoded_pushes();
     r->decode_bytes_encoded += sr.decode_bytes_encoded();
     r->decode_bytes_decoded += sr.decode_bytes_decoded();
@@ -89,6 +91,12 @@ std::string ServersText(const JobReport& r) {
                 static_cast<unsigned long long>(r.pushes_dropped),
                 static_cast<unsigned long long>(r.pulls_held));
   std::string out = buf;
+  if (r.refused + r.auth_refused > 0) {
+    std::snprintf(buf, sizeof(buf), ", %llu requests refused, %llu connections refused",
+                  static_cast<unsigned long long>(r.refused),
+                  static_cast<unsigned long long>(r.auth_refused));
+    out += buf;
+  }
   if (r.rows_dropped + r.rows_skipped > 0) {
     std::snprintf(buf, sizeof(buf), ", %llu rows dropped, %llu rows skipped",
                   static_cast<unsigned long long>(r.rows_dropped),
@@ -249,6 +257,8 @@ std::string ServersJson(const JobReport& r) {
          ", \"server_decode_bytes_encoded\": " + std::to_string(r.decode_bytes_encoded) +
          ", \"server_decode_bytes_decoded\": " + std::to_string(r.decode_bytes_decoded) +
          ", \"server_decode_seconds\": " + JsonNumber(r.decode_seconds) +
+         ", \"server_refused\": " + std::to_string(r.refused) +
+         ", \"server_auth_refused\": " + std::to_string(r.auth_refused) +
          ", \"staleness_histogram\": [" + hist + "]" +
          ", \"density_trajectory\": [" + trajectory + "]";
 }

@@ -65,6 +65,8 @@ struct JobReport {
   uint64_t rows_dropped = 0;      // drop_above, sparse rows
   uint64_t rows_skipped = 0;      // non_finite: skip_row
   uint64_t pulls_held = 0;        // bsp / ssp pulls that waited for their clock
+  uint64_t refused = 0;           // requests refused for their sender's role / checkpoint dir
+  uint64_t auth_refused = 0;      // CURVE connections refused (unknown key, no CURVE)
   uint64_t decoded_pushes = 0;    // compressed pushes decoded
   uint64_t decode_bytes_encoded = 0;
   uint64_t decode_bytes_decoded = 0;
@@ -89,7 +91,7 @@ std::string FormatReport(const JobReport& report);
 // server_reports (how many servers reported), server_windows_applied, server_pushes_applied,
 // server_pushes_dropped, server_rows_dropped, server_rows_skipped, server_pulls_held,
 // server_decoded_pushes, server_decode_bytes_encoded, server_decode_bytes_decoded,
-// server_decode_seconds, staleness_histogram (an array of counts, buckets as in JobReport), then
+// server_decode_seconds, server_refused, server_auth_refused, staleness_histogram (an array of counts, buckets as in JobReport), then
 // density_trajectory (worker 0's: an array of {"step": N, "density": D}, [] when nothing was
 // compressed), and last device (a string); numbers that are missing or not finite are written as
 // null, since JSON has no NaN.

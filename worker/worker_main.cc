@@ -170,8 +170,14 @@ int main(int argc, char** argv) {
   const config::JobConfig& job = loaded;
   TuneMallocForLargeMessages();
   (void)InitLogging(job.log_level, "worker");
+  config::LogSecurityMode(job.security);
+  auto coord_options =
+      config::MakeTransportOptions(job.security, PeerRole::kWorker, PeerRole::kCoordinator);
+  if (!coord_options.ok()) return Fail(coord_options.status(), "security");
+  auto data_options = config::MakeTransportOptions(job.security, PeerRole::kWorker, PeerRole::kServer);
+  if (!data_options.ok()) return Fail(data_options.status(), "security");
 
-  auto ctransport = MakeTransport(TransportOptions{});
+  auto ctransport = MakeTransport(*coord_options);
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job.cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
@@ -184,7 +190,7 @@ int main(int argc, char** argv) {
   copts.worker_rank = rank;
   copts.timeout_ms = job.client.timeout_ms;
   copts.max_inflight = job.client.max_inflight;
-  auto dtransport = MakeTransport(TransportOptions{});
+  auto dtransport = MakeTransport(*data_options);
   if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
   worker::Client client(copts, std::move(*dtransport), reg->shard_map());
   Status s = client.Start();

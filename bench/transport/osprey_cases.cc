@@ -107,9 +107,9 @@ StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions
   return OpTiming{Median(std::move(runs)) / iters, iters};
 }
 
-StatusOr<std::unique_ptr<OspreyBench>> OspreyBench::Connect(const proto::ShardMap& map) {
-  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
-                          MakeTransport(TransportOptions{}));
+StatusOr<std::unique_ptr<OspreyBench>> OspreyBench::Connect(const proto::ShardMap& map,
+                                                            const TransportOptions& transport_options) {
+  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, MakeTransport(transport_options));
   worker::ClientOptions options;
   options.timeout_ms = 60000;
   auto client = std::make_unique<worker::Client>(options, std::move(transport), map);

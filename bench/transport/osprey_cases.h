@@ -77,7 +77,8 @@ StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions
 class OspreyBench {
  public:
   // Starts a client (ZeroMQ transport, timeout_ms 60000) for the server(s) of `map`.
-  static StatusOr<std::unique_ptr<OspreyBench>> Connect(const proto::ShardMap& map);
+  static StatusOr<std::unique_ptr<OspreyBench>> Connect(const proto::ShardMap& map,
+                                                        const TransportOptions& options = {});
   ~OspreyBench();
 
   // Dense table `table_name` (its whole size, one chunk): kPush, kPull, kPullBuffer or kPushPull.

@@ -7,6 +7,7 @@
 
 #include "bench/transport_raw/raw_zmq_bench.h"
 #include "common/transport.h"
+#include "common/zmq_curve.h"
 #include "server/server.h"
 #include "server/store.h"
 
@@ -16,16 +17,17 @@ namespace {
 // The child's body: never returns while serving (the parent SIGKILLs it); returns an exit code
 // when setup fails, after saying why on stderr (the parent then sees no endpoint).
 int Serve(const std::string& listen, const std::vector<config::TableConfig>& tables,
-          const ChildServer::ReadyFn& ready) {
+          const TransportOptions& options, const ChildServer::ReadyFn& ready) {
   auto fail = [](const char* what, const Status& s) {
     std::fprintf(stderr, "bench server: %s: %s\n", what, s.ToString().c_str());
     return 2;
   };
-  auto transport = MakeTransport(TransportOptions{});
+  auto transport = MakeTransport(options);
   if (!transport.ok()) return fail("transport", transport.status());
   auto store = server::MakeStore("native");
   if (!store.ok()) return fail("store", store.status());
   server::Server srv(std::move(*transport), std::move(*store));
+  srv.SetRolesRequired(options.curve.enabled);
   auto bound = srv.Listen(listen);
   if (!bound.ok()) return fail("listen", bound.status());
   Status s = srv.Activate(0, BenchShardMap(*bound, tables), tables);
@@ -69,7 +71,8 @@ int ThreadCount() {
 }
 
 StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::string& transport, const std::vector<config::TableConfig>& tables) {
+    const std::string& transport, const std::vector<config::TableConfig>& tables,
+    const std::string& keys_dir) {
   int threads = ThreadCount();
   if (threads != 1) {
     return FailedPrecondition("bench server must be forked from a single-threaded process (" +
@@ -77,13 +80,20 @@ StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   }
   OSPREY_ASSIGN_OR_RETURN(std::string listen, BenchListenEndpoint(transport));
   std::unique_ptr<ServerProcess> sp(new ServerProcess());
+  TransportOptions server_options;
+  if (!keys_dir.empty()) {
+    OSPREY_ASSIGN_OR_RETURN(server_options.curve,
+                            LoadCurveOptions(keys_dir, PeerRole::kServer, PeerRole::kUnauthenticated));
+    OSPREY_ASSIGN_OR_RETURN(sp->client_options_.curve,
+                            LoadCurveOptions(keys_dir, PeerRole::kWorker, PeerRole::kServer));
+  }
   if (transport == "ipc") sp->ipc_path_ = listen.substr(6);
   std::fflush(stdout);  // the child must not inherit (and later repeat) buffered output
   std::fflush(stderr);
   OSPREY_ASSIGN_OR_RETURN(sp->child_,
                           ChildServer::Start(
-                              [listen, tables](const ChildServer::ReadyFn& ready) {
-                                return Serve(listen, tables, ready);
+                              [listen, tables, server_options](const ChildServer::ReadyFn& ready) {
+                                return Serve(listen, tables, server_options, ready);
                               },
                               /*in_process=*/false));
   sp->map_ = BenchShardMap(sp->child_->endpoint(), tables);

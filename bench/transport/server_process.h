@@ -25,6 +25,7 @@
 #include "bench/transport_raw/child_server.h"
 #include "common/config/table_config.h"
 #include "common/status.h"
+#include "common/transport.h"
 #include "proto/wire.h"
 
 namespace osprey::bench {
@@ -43,8 +44,11 @@ class ServerProcess {
   // Errors: FailedPrecondition (more than one thread), InvalidArgument (bad transport),
   // Internal (fork failed), DeadlineExceeded (the child failed to bind or activate; it prints
   // why on stderr).
+  // `keys_dir` non-empty: the server listens with CURVE (the server keys of that directory, as
+  // `osprey keygen` writes them) and client_options() carry the worker keys.
   static StatusOr<std::unique_ptr<ServerProcess>> Start(
-      const std::string& transport, const std::vector<config::TableConfig>& tables);
+      const std::string& transport, const std::vector<config::TableConfig>& tables,
+      const std::string& keys_dir = "");
 
   // Kills and reaps the child; removes its ipc socket file.
   ~ServerProcess();
@@ -52,6 +56,8 @@ class ServerProcess {
   const std::string& endpoint() const { return child_->endpoint(); }
   // The map the server was activated with (give it to the worker::Client).
   const proto::ShardMap& shard_map() const { return map_; }
+  // What a client of this server connects with (plain, or CURVE as a worker).
+  const TransportOptions& client_options() const { return client_options_; }
 
  private:
   ServerProcess() = default;
@@ -59,6 +65,7 @@ class ServerProcess {
   std::unique_ptr<ChildServer> child_;
   std::string ipc_path_;  // empty for tcp
   proto::ShardMap map_;
+  TransportOptions client_options_;
 };
 
 }  // namespace osprey::bench

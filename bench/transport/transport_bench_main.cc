@@ -21,8 +21,11 @@
 // Exit codes: 0 fine, 1 a case failed (servers are killed and reaped on the way out), 2 usage.
 #include <CLI/CLI.hpp>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +33,7 @@
 #include "bench/transport/bench_report.h"
 #include "bench/transport/osprey_cases.h"
 #include "bench/transport/server_process.h"
+#include "common/zmq_curve.h"
 #include "bench/transport_raw/raw_zmq_bench.h"
 #include "common/malloc_tuning.h"
 
@@ -142,7 +146,7 @@ Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Pl
   for (int run = 0; run < plan.timing.runs; ++run) {
     int iters[2] = {0, 0};  // push, pull operations of this round, reused by the raw baseline
     {
-      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options()));
       for (int i = 0; i < 4; ++i) {
         OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), ops[i], one));
         osprey_s[i].push_back(t.median_s);
@@ -177,7 +181,7 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
   for (int run = 0; run < plan.timing.runs; ++run) {
     OpTiming t;
     {
-      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options()));
       OSPREY_ASSIGN_OR_RETURN(t, bench->PipelinedPush(DenseName(bytes), w, one));
     }
     osprey_s.push_back(t.median_s);
@@ -196,7 +200,7 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
 
 Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan& plan,
                  std::vector<BenchRecord>* out) {
-  OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map()));
+  OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options()));
   for (const SparseCase& c : plan.sparse) {
     const uint64_t seed = 0x5eed0000 + c.keys + c.dim;  // fixed: the same keys every run
     const uint64_t bytes = c.keys * (sizeof(uint64_t) + c.dim * sizeof(float));
@@ -248,6 +252,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--dense-only", dense_only, "only the dense cases (no pipelined or sparse ones)");
   app.add_option("--transport", transports, "tcp and/or ipc")
       ->check(CLI::IsMember({"tcp", "ipc"}));
+  std::string security = "none";
+  app.add_option("--security", security, "none, or curve: Osprey's sockets CURVE-encrypted "
+                                          "(fresh keys; the raw ZeroMQ baseline stays plain)")
+      ->check(CLI::IsMember({"none", "curve"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -266,10 +274,21 @@ int Main(int argc, char** argv) {
   plan.dense_only = dense_only;
   const std::vector<config::TableConfig> tables = BenchTables(plan);
 
+  std::string keys_dir;
+  if (security == "curve") {
+    char tmpl[] = "/tmp/osprey-bench-keys-XXXXXX";
+    Status made = ::mkdtemp(tmpl) != nullptr ? WriteCurveKeys(tmpl, /*force=*/true)
+                                             : Unavailable("mkdtemp failed");
+    if (!made.ok()) {
+      std::fprintf(stderr, "osprey-bench-transport: %s\n", made.ToString().c_str());
+      return 1;
+    }
+    keys_dir = tmpl;
+  }
   // Every server is forked now, while this process is still single-threaded.
   std::vector<std::unique_ptr<ServerProcess>> servers;
   for (const std::string& tr : transports) {
-    auto sp = ServerProcess::Start(tr, tables);
+    auto sp = ServerProcess::Start(tr, tables, keys_dir);
     if (!sp.ok()) {
       std::fprintf(stderr, "osprey-bench-transport: %s server: %s\n", tr.c_str(),
                    sp.status().ToString().c_str());
@@ -287,8 +306,10 @@ int Main(int argc, char** argv) {
     }
   }
   servers.clear();
-  std::printf("osprey-bench-transport: server in a child process, 1 server, malloc tuning on; "
-              "median of %d runs of >= %.0f ms (dense: Osprey and raw runs interleaved)\n"
+  if (!keys_dir.empty()) std::filesystem::remove_all(keys_dir);
+  std::printf("osprey-bench-transport: security %s (Osprey cases); server in a child process, 1 "
+              "server, malloc tuning on; ", security.c_str());
+  std::printf("median of %d runs of >= %.0f ms (dense: Osprey and raw runs interleaved)\n"
               "vs raw = raw ZeroMQ time / Osprey time (throughput ratio; pushpull vs raw push + "
               "raw pull)\n",
               plan.timing.runs, plan.timing.min_run_s * 1e3);

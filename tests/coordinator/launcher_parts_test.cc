@@ -178,7 +178,8 @@ TEST(ReportTest, SummarizesServerReportsAndDensityTrajectory) {
                       "\"server_rows_dropped\": 5, \"server_rows_skipped\": 0, "
                       "\"server_pulls_held\": 6, \"server_decoded_pushes\": 100, "
                       "\"server_decode_bytes_encoded\": 8000, \"server_decode_bytes_decoded\": 400000, "
-                      "\"server_decode_seconds\": 0.0125, \"staleness_histogram\": [270, 18, 9, 3, 0], "
+                      "\"server_decode_seconds\": 0.0125, \"server_refused\": 0, "
+                      "\"server_auth_refused\": 0, \"staleness_histogram\": [270, 18, 9, 3, 0], "
                       "\"density_trajectory\": [{\"step\": 0, \"density\": 0.25}, "
                       "{\"step\": 50, \"density\": 0.05}, {\"step\": 99, \"density\": 0.01}], "
                       "\"device\": \"\"}\n"),

@@ -24,7 +24,8 @@ using osprey::testing::SourceDir;
 
 // Runs `osprey launch CONFIG` in the background, `osprey checkpoint` against it into BASE/ckpt,
 // stops the job; the checkpoint command's output is in BASE/ckpt.out, the job's logs in BASE/logs.
-void CheckpointRunningJob(const std::string& config, const std::string& base) {
+void CheckpointRunningJob(const std::string& config, const std::string& base,
+                          bool curve = false) {
   namespace fs = std::filesystem;
   const std::string bin = BinDir();
   const std::string src = SourceDir();
@@ -38,6 +39,8 @@ void CheckpointRunningJob(const std::string& config, const std::string& base) {
     std::freopen(out.c_str(), "a", stdout);
     execl((bin + "/osprey").c_str(), "osprey", "launch", (src + "/configs/" + config).c_str(),
           "--quiet", "--set", "train.steps=1000000", "--log-dir", (base + "/logs").c_str(),
+          // A request may name only the job's checkpoint.dir (or beneath it).
+          "--set", ("checkpoint.dir=" + base + "/ckpt").c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -55,7 +58,8 @@ void CheckpointRunningJob(const std::string& config, const std::string& base) {
     // Retry while the job is still starting (no servers registered yet).
     for (int i = 0; i < 30 && rc != 0; ++i) {
       std::string cmd = bin + "/osprey checkpoint --coordinator " + endpoint + " --dir " + base +
-                        "/ckpt >> " + base + "/ckpt.out 2>&1";
+                        "/ckpt" + (curve ? " --keys " + base + "/logs/keys" : std::string()) +
+                        " >> " + base + "/ckpt.out 2>&1";
       int status = std::system(cmd.c_str());
       rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       if (rc != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -84,6 +88,17 @@ TEST(CheckpointCommandTest, WritesOneFilePerServerOfARunningJob) {
     EXPECT_GT(fs::file_size(base + f), 1000u) << f;
   }
   EXPECT_NE(ReadFile(base + "/ckpt.out").find("server 1"), std::string::npos);
+}
+
+// security: curve: the command connects with the admin keys the launcher generated.
+TEST(CheckpointCommandTest, CurveJobWithTheAdminKeys) {
+  namespace fs = std::filesystem;
+  const std::string base = ::testing::TempDir() + "/osprey-ckpt-curve-" + std::to_string(getpid());
+  CheckpointRunningJob("local-curve.yaml", base, /*curve=*/true);
+  if (HasFatalFailure()) return;
+  for (const char* f : {"/ckpt/server-0-of-2.ckpt", "/ckpt/server-1-of-2.ckpt"}) {
+    EXPECT_TRUE(fs::exists(base + f)) << f;
+  }
 }
 
 // bsp: the command picks one clock and every server saves right after closing it.

@@ -48,7 +48,7 @@ class CutTest : public ::testing::Test {
     fs::remove_all(dir_);
     cluster_ = std::make_unique<InprocCluster>(kServers, BspTables());
     config::CheckpointConfig ck;
-    ck.dir = dir_ + "/periodic";
+    ck.dir = dir_;  // on-demand cuts go to directories beneath it (op_auth.h)
     ck.every_steps = 2;
     for (int s = 0; s < kServers; ++s) {
       cluster_->server(s).SetLiveWorkers({0, 1});
@@ -143,7 +143,7 @@ TEST_F(CutTest, PeriodicCutsSaveEveryServerAtTheSameClock) {
   }
   // Clocks 0..4 closed; cuts at 2 and 4 were taken, the files hold the one at 4.
   RestoreInfo info;
-  std::vector<float> got = Restored(dir_ + "/periodic", &info);
+  std::vector<float> got = Restored(dir_, &info);
   EXPECT_EQ(info.files, kServers);
   EXPECT_EQ(info.min_clock, 4);
   EXPECT_EQ(info.max_clock, 4);
@@ -212,7 +212,7 @@ TEST_F(CutTest, CutHoldsLaterWindowsThatCloseTogether) {
     EXPECT_FLOAT_EQ(got[s], Expected(s, 8, 7)) << "server " << s;
   }
   // The periodic cuts went on: 8 (same instant), then 10 once the held windows 8, 9 closed.
-  got = Restored(dir_ + "/periodic", &info);
+  got = Restored(dir_, &info);
   EXPECT_EQ(info.min_clock, 10);
   EXPECT_EQ(info.max_clock, 10);
   for (int s = 0; s < kServers; ++s) EXPECT_FLOAT_EQ(got[s], Expected(s, 10, 7));

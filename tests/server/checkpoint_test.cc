@@ -189,6 +189,9 @@ TEST_F(CheckpointTest, RestoresOnMoreAndFewerServers) {
 
 TEST_F(CheckpointTest, OnDemandControlOpWritesTheFile) {
   InprocCluster c(1, Tables());
+  config::CheckpointConfig cfg;
+  cfg.dir = dir_;  // a request may name only this directory or one beneath it
+  c.server(0).SetCheckpointConfig(cfg);
   ASSERT_TRUE(c.ActivateAll().ok());
   RawPeer peer(c.NewTransport(), "inproc://server-0");
   proto::Header h;

@@ -102,9 +102,13 @@ class RawPeer {
   }
   ~RawPeer() { transport_->Stop(); }
 
+  // The role every later Send claims (the in-process transport delivers it as the sender's).
+  void set_role(PeerRole role) { role_ = role; }
+
   void Send(Buffer header, Buffer keys, Buffer values) {
     Message m;
     m.peer = peer_;
+    m.peer_role = role_;
     m.header = std::move(header);
     m.keys = std::move(keys);
     m.values = std::move(values);
@@ -128,6 +132,7 @@ class RawPeer {
  private:
   std::unique_ptr<Transport> transport_;
   PeerId peer_ = -1;
+  PeerRole role_ = PeerRole::kUnauthenticated;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Message> replies_;
