@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/config/consistency_config.h"
+#include "common/config/limits_config.h"
 #include "common/config/table_config.h"
 
 namespace osprey::config {
@@ -33,6 +34,7 @@ struct PsConfig {
   ClusterConfig cluster;
   std::vector<TableConfig> tables;
   CheckpointConfig checkpoint;
+  LimitsConfig limits;  // what one peer may ask of a server (limits_config.h)
   std::string log_level = "info";
 
   // Index of the table called `name` or -1.
