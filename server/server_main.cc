@@ -110,9 +110,10 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
 }
 
 void LogFinalStats(int rank, const server::ServerStatsSnapshot& st, const server::DecodeStats& ds) {
-  OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad), {} pushes applied, {} MB in, {} MB out",
-                  rank, st.requests, st.bad_requests, st.pushes_applied, st.bytes_in >> 20,
-                  st.bytes_out >> 20);
+  OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad: {} unparsable headers, {} beyond a "
+                  "limit), {} pushes applied, {} MB in, {} MB out",
+                  rank, st.requests, st.bad_requests, st.bad_headers, st.limit_refusals,
+                  st.pushes_applied, st.bytes_in >> 20, st.bytes_out >> 20);
   std::string hist;
   for (size_t i = 0; i < st.staleness.size(); ++i) {
     if (st.staleness[i] == 0) continue;
@@ -161,11 +162,14 @@ int main(int argc, char** argv) {
     if (ec) OSPREY_LOG_WARN("cannot create {}: {}", job->cluster.ipc_dir, ec.message());
   }
 
-  auto transport = MakeTransport(TransportOptions{});
+  TransportOptions server_transport;
+  server_transport.max_message_bytes = static_cast<int64_t>(job->limits.max_frame_bytes);
+  auto transport = MakeTransport(server_transport);
   if (!transport.ok()) return Fail(transport.status(), "transport");
   auto store = server::MakeStore("native");
   if (!store.ok()) return Fail(store.status(), "store");
   server::Server srv(std::move(*transport), std::move(*store));
+  srv.SetLimits(job->limits);
   auto bound = srv.Listen(listen.empty() ? DefaultEndpoint(job->cluster) : listen);
   if (!bound.ok()) return Fail(bound.status(), "listen");
 
