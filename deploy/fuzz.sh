@@ -42,7 +42,7 @@ for target in request codec; do
   # Arguments: the work corpus first (new inputs are written there), the checked-in seeds read only.
   if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
       "$FUZZ_BUILD_DIR/bin/${target}_fuzzer" -max_total_time="$FUZZ_SECONDS" -max_len=4096 \
-      -timeout=60 -rss_limit_mb=3072 -print_final_stats=1 \
+      -timeout=60 -rss_limit_mb=3072 -use_value_profile=1 -print_final_stats=1 \
       -artifact_prefix="$FUZZ_BUILD_DIR/artifacts/${target}-" "$work" "tests/fuzz/corpus/$target" \
       2> "$FUZZ_BUILD_DIR/${target}_fuzzer.log"; then
     echo "fuzz: ${target}_fuzzer FAILED; the end of its log ($FUZZ_BUILD_DIR/${target}_fuzzer.log):" >&2

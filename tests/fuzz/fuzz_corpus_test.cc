@@ -30,6 +30,10 @@ std::vector<fs::path> Files(const std::string& dir) {
   return out;
 }
 
+std::string SourceFile(const std::string& rel) {
+  return (fs::path(testing::SourceDir()) / "tests/fuzz" / rel).string();
+}
+
 proto::Header Replay(FuzzServer* server, const fs::path& file) {
   const std::string bytes = testing::ReadFile(file.string());
   return server->Run(SplitFrames(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
@@ -47,13 +51,10 @@ TEST(FuzzCorpusTest, SeedRequestsAreRealRequestsTheServerAnswers) {
   EXPECT_GT(server.server().decode_stats().frames.load(), 5u) << "the compressed pushes decode";
 }
 
-TEST(FuzzCorpusTest, SeedCodecFramesDecode) {
-  const auto files = Files("corpus/codec");
-  ASSERT_GE(files.size(), 6u);
-  for (const fs::path& f : files) {
-    const std::string b = testing::ReadFile(f.string());
-    ASSERT_GE(b.size(), 12u);
-    codec::EncodedView v;
+// A codec_fuzzer input decoded as codec_fuzzer does (its layout is in codec_fuzzer.cc).
+Status DecodeCodecInput(const std::string& b) {
+  if (b.size() < 12) return InvalidArgument("codec input shorter than 12 bytes");
+  codec::EncodedView v;
     v.meta.codec = static_cast<codec::CodecId>(b[0]);
     v.meta.value_type = static_cast<codec::ValueType>(b[1]);
     uint16_t length = 0;
@@ -64,12 +65,37 @@ TEST(FuzzCorpusTest, SeedCodecFramesDecode) {
     v.meta.length = length;
     v.meta.count = count;
     v.meta.chunk = chunk;
-    v.data = reinterpret_cast<const uint8_t*>(b.data()) + 12;
-    v.size = b.size() - 12;
-    std::vector<float> dst(length);
-    Status s = codec::DecodeAddFrame(v, dst.data(), dst.size(), 1.0f);
+  std::vector<uint8_t> payload(b.begin() + 12, b.end());
+  v.data = payload.data();
+  v.size = payload.size();
+  std::vector<float> dst(length);
+  return codec::DecodeAddFrame(v, dst.data(), dst.size(), 1.0f);
+}
+
+TEST(FuzzCorpusTest, SeedCodecFramesDecode) {
+  const auto files = Files("corpus/codec");
+  ASSERT_GE(files.size(), 6u);
+  for (const fs::path& f : files) {
+    Status s = DecodeCodecInput(testing::ReadFile(f.string()));
     EXPECT_TRUE(s.ok()) << f.filename() << ": " << s.ToString();
   }
+}
+
+// Found by the fuzzers (both targets) with an off-by-one planted in the sparse-frame index
+// check (idx > n instead of idx >= n): a top-k / random-k pair whose index equals the length
+// must be refused, not added one past the end.
+TEST(FuzzCorpusTest, SparseIndexEqualToLengthIsRefused) {
+  Status s = DecodeCodecInput(testing::ReadFile(SourceFile("regressions/codec/index-equal-to-length")));
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find(">= length 100"), std::string::npos) << s.ToString();
+  FuzzServer server;
+  proto::Header r = Replay(&server, SourceFile("regressions/request/index-equal-to-length"));
+  EXPECT_EQ(r.op(), proto::OP_ERROR);
+  EXPECT_NE(r.error().find("has index"), std::string::npos) << r.error();
+}
+
+TEST(FuzzCorpusTest, FoundCodecInputsDecodeOrAreRefused) {
+  for (const fs::path& f : Files("regressions/codec")) (void)DecodeCodecInput(testing::ReadFile(f.string()));
 }
 
 TEST(FuzzCorpusTest, FoundInputsAreAnsweredWithoutACrash) {
