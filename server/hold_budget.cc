@@ -7,10 +7,10 @@ namespace osprey::server {
 Status HoldBudget::CheckLocked(PeerId peer, uint64_t bytes) const {
   auto it = per_peer_.find(peer);
   const uint64_t held = it == per_peer_.end() ? 0 : it->second;
-  if (held >= static_cast<uint64_t>(limits_.max_held_per_peer)) {
+  if (held >= static_cast<uint64_t>(limits_.max_inflight_per_peer)) {
     return ResourceExhausted("peer " + std::to_string(peer) + " already has " + std::to_string(held) +
-                             " requests held unanswered: limits.max_held_per_peer is " +
-                             std::to_string(limits_.max_held_per_peer));
+                             " requests held unanswered: limits.max_inflight_per_peer is " +
+                             std::to_string(limits_.max_inflight_per_peer));
   }
   if (bytes_ + bytes > limits_.max_held_bytes) {
     return ResourceExhausted("holding this request (" + std::to_string(bytes) + " bytes) would bring " +

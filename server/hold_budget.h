@@ -1,6 +1,6 @@
 // HoldBudget: the requests a server holds unanswered -- pulls waiting for their clock, push acks
 // waiting for their window's apply (write-through stores), requests that arrived before Activate
-// -- counted per peer and in bytes, against limits.max_held_per_peer and limits.max_held_bytes
+// -- counted per peer and in bytes, against limits.max_inflight_per_peer and limits.max_held_bytes
 // (common/config/limits_config.h). A request beyond either is refused with ResourceExhausted
 // naming the limit and its value, so a flood of held pulls from one peer costs a bounded amount
 // of memory and leaves room for the other peers' requests.

@@ -325,6 +325,14 @@ Status Server::ValidateData(const proto::Header& h, const Message& msg, DataRequ
   }
   r->table = &t;
   r->is_pull = h.op() == proto::OP_PULL_SPARSE || h.op() == proto::OP_PULL_DENSE;
+  // The fp32 values a request makes the server allocate (a pull's reply, a compressed push
+  // decoded) are bounded like a frame: a small request must not buy a huge allocation.
+  if (floats * sizeof(float) > limits_.max_frame_bytes) {
+    return ResourceExhausted("table '" + t.spec().name() + "': " + std::to_string(n) + " keys need " +
+                             std::to_string(floats * sizeof(float)) + " bytes of fp32 values (" +
+                             (r->is_pull ? "the reply" : "the push decoded") +
+                             "): limits.max_frame_bytes is " + std::to_string(limits_.max_frame_bytes));
+  }
   size_t want_bytes = r->is_pull ? 0 : floats * sizeof(float);
   // A compressed push is decoded to fp32 first (the whole frame is validated, nothing of a bad
   // one is applied) and from here on handled exactly like an fp32 push.

@@ -5,8 +5,12 @@
 //   limits:
 //     max_frame_bytes: 1073741824     # any one frame of a request (header, keys, values)
 //     max_keys_per_request: 16777216  # a request's num_keys (checked before anything is sized)
-//     max_held_per_peer: 4096         # requests of one peer held unanswered (pulls, acks)
+//     max_inflight_per_peer: 4096     # requests of one peer in flight at the server, i.e. held
+//                                     # unanswered (pulls waiting for their clock, held acks)
 //     max_held_bytes: 1073741824      # memory of all held requests (pulls, acks, early ones)
+//
+// A request the server answers at once is never "in flight" here: the I/O thread handles one
+// request at a time, so only held ones accumulate.
 //
 // Over ZeroMQ the frame limit is also the server socket's ZMQ_MAXMSGSIZE: a larger frame is never
 // read into memory (ZeroMQ drops that connection; the peer's next connection is served again).
@@ -21,7 +25,7 @@ class YamlFields;
 struct LimitsConfig {
   uint64_t max_frame_bytes = uint64_t{1} << 30;
   uint64_t max_keys_per_request = uint64_t{1} << 24;
-  int max_held_per_peer = 4096;
+  int max_inflight_per_peer = 4096;
   uint64_t max_held_bytes = uint64_t{1} << 30;
 };
 

@@ -10,14 +10,17 @@
 #include <sstream>
 
 #include "common/zmq_transport.h"
+#include "server/native_store.h"
 #include "server/server.h"
+#include "tests/server/fault_injecting_store.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/testing/wait.h"
 
 namespace osprey::server {
 namespace {
 
-using testing::RawPeer;
-using testing::VecBuf;
+using ::osprey::testing::RawPeer;
+using ::osprey::testing::VecBuf;
 
 proto::Header Req(proto::Op op, uint32_t table, uint64_t num_keys, uint64_t value_bytes,
                   uint64_t id = 42) {
@@ -31,19 +34,19 @@ proto::Header Req(proto::Op op, uint32_t table, uint64_t num_keys, uint64_t valu
   return h;
 }
 
-// One active server (tables of testing::TestTables, the sparse one bsp) with `limits`, over
+// One active server (tables of ::osprey::testing::TestTables, the sparse one bsp) with `limits`, over
 // `transport`; endpoint() is where it listens.
 class LimitedServer {
  public:
   LimitedServer(std::unique_ptr<Transport> transport, const std::string& endpoint,
                 const config::LimitsConfig& limits) {
-    tables_ = testing::TestTables();
+    tables_ = ::osprey::testing::TestTables();
     tables_[0].consistency.mode = config::ConsistencyMode::kBsp;
     server_ = std::make_unique<Server>(std::move(transport), std::move(*MakeStore("native")));
     server_->SetLimits(limits);
     endpoint_ = *server_->Listen(endpoint);
     server_->SetLiveWorkers({0, 1});  // worker 1 never pushes: bsp pulls of clock > 0 are held
-    Status s = server_->Activate(0, testing::MakeShardMap({endpoint_}, tables_), tables_);
+    Status s = server_->Activate(0, ::osprey::testing::MakeShardMap({endpoint_}, tables_), tables_);
     if (!s.ok()) throw std::runtime_error(s.ToString());
   }
   Server& server() { return *server_; }
@@ -96,15 +99,21 @@ TEST(LimitsTest, OversizedFrameAndTenToTheNineKeysAreRefusedByName) {
   proto::Header r = Call(&upeer, Req(proto::OP_PULL_SPARSE, 0, uint64_t{1} << 61, 0), Buffer(), Buffer());
   EXPECT_EQ(r.op(), proto::OP_ERROR);
   EXPECT_NE(r.error().find("keys frame has 0 bytes"), std::string::npos) << r.error();
-  EXPECT_EQ(s.server().stats().limit_refusals, 2u);
-  EXPECT_EQ(s.server().stats().bad_requests, 2u);
+  // 4096 keys x dim 4 x 4 bytes = 64 KiB + 1 key's worth: a pull whose reply would pass the frame
+  // limit, from a 32 KiB keys frame.
+  std::vector<uint64_t> keys(4097);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  ExpectLimitError(Call(&peer, Req(proto::OP_PULL_SPARSE, 0, keys.size(), 0), VecBuf(keys), Buffer()),
+                   "4097 keys need 65552 bytes of fp32 values (the reply): limits.max_frame_bytes is 65536");
+  EXPECT_EQ(s.server().stats().limit_refusals, 3u);
+  EXPECT_EQ(s.server().stats().bad_requests, 3u);
   ExpectServed(&peer);
 }
 
 TEST(LimitsTest, FloodOfHeldPullsIsBoundedPerPeerAndInBytes) {
   auto hub = std::make_shared<InprocHub>();
   config::LimitsConfig limits;
-  limits.max_held_per_peer = 100;
+  limits.max_inflight_per_peer = 100;
   limits.max_held_bytes = 1 << 20;
   LimitedServer s(std::make_unique<InprocTransport>(hub), "inproc://held", limits);
   RawPeer flooder(std::make_unique<InprocTransport>(hub), s.endpoint());
@@ -114,7 +123,7 @@ TEST(LimitsTest, FloodOfHeldPullsIsBoundedPerPeerAndInBytes) {
   for (int i = 0; i < 200; ++i) {  // the 200 beyond the limit are answered at once
     proto::Header r;
     ASSERT_TRUE(flooder.Next(&r, nullptr)) << "refusal " << i << " missing";
-    ExpectLimitError(r, "limits.max_held_per_peer is 100");
+    ExpectLimitError(r, "limits.max_inflight_per_peer is 100");
   }
   EXPECT_EQ(s.server().hold_budget().held_requests(), 100u);
   // Another peer holds big pulls (8192 keys, 64 KiB each) until the byte budget is spent.
@@ -133,6 +142,45 @@ TEST(LimitsTest, FloodOfHeldPullsIsBoundedPerPeerAndInBytes) {
   // A good worker is still served.
   RawPeer good(std::make_unique<InprocTransport>(hub), s.endpoint());
   ExpectServed(&good);
+}
+
+TEST(LimitsTest, HeldAcksCountAgainstThePerPeerLimitAndAreFreedByTheApply) {
+  // A write-through store: acks are held until the window is applied (bsp: when worker 1 pushes).
+  auto store = std::make_unique<testing::FaultInjectingStore>(std::make_unique<NativeStore>());
+  store->set_acks_after_apply(true);
+  auto hub = std::make_shared<InprocHub>();
+  auto tables = ::osprey::testing::TestTables();
+  tables[0].consistency.mode = config::ConsistencyMode::kBsp;
+  Server server(std::make_unique<InprocTransport>(hub), std::move(store));
+  config::LimitsConfig limits;
+  limits.max_inflight_per_peer = 3;
+  server.SetLimits(limits);
+  const std::string endpoint = *server.Listen("inproc://acks");
+  server.SetLiveWorkers({0, 1});
+  ASSERT_TRUE(server.Activate(0, ::osprey::testing::MakeShardMap({endpoint}, tables), tables).ok());
+  RawPeer w0(std::make_unique<InprocTransport>(hub), endpoint);
+  proto::Header push = Req(proto::OP_PUSH_SPARSE, 0, 1, 16);
+  push.set_worker_rank(0);
+  for (int clock = 0; clock < 4; ++clock) {  // windows 0..3 of worker 0, none can close
+    push.set_clock(clock);
+    push.set_request_id(10 + clock);
+    w0.Send(push, VecBuf<uint64_t>({3}), VecBuf<float>({0.1f, 0.1f, 0.1f, 0.1f}));
+  }
+  proto::Header r;
+  ASSERT_TRUE(w0.Next(&r, nullptr));
+  EXPECT_EQ(r.request_id(), 13u) << "only the fourth push is answered now";
+  ExpectLimitError(r, "limits.max_inflight_per_peer is 3");
+  EXPECT_EQ(server.hold_budget().held_requests(), 3u);
+  // Worker 1's push of clock 0 closes window 0: its ack and worker 0's are sent, the slot freed.
+  RawPeer w1(std::make_unique<InprocTransport>(hub), endpoint);
+  push.set_worker_rank(1);
+  push.set_clock(0);
+  push.set_request_id(20);
+  w1.Send(push, VecBuf<uint64_t>({3}), VecBuf<float>({0.1f, 0.1f, 0.1f, 0.1f}));
+  ASSERT_TRUE(w0.Next(&r, nullptr));
+  EXPECT_EQ(r.op(), proto::OP_REPLY) << r.error();
+  EXPECT_EQ(r.request_id(), 10u);
+  EXPECT_TRUE(::osprey::testing::WaitUntil([&] { return server.hold_budget().held_requests() == 2u; }));
 }
 
 TEST(LimitsTest, TenThousandBadFramesWriteABoundedNumberOfLogLines) {

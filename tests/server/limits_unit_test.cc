@@ -9,7 +9,7 @@ namespace {
 
 config::LimitsConfig Limits(int per_peer, uint64_t bytes) {
   config::LimitsConfig l;
-  l.max_held_per_peer = per_peer;
+  l.max_inflight_per_peer = per_peer;
   l.max_held_bytes = bytes;
   return l;
 }
@@ -20,7 +20,7 @@ TEST(HoldBudgetTest, RefusesBeyondPerPeerCountNamingTheLimit) {
   EXPECT_TRUE(b.Admit(7, 10).ok());
   Status s = b.Admit(7, 10);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(s.message().find("limits.max_held_per_peer is 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("limits.max_inflight_per_peer is 2"), std::string::npos) << s.message();
   EXPECT_TRUE(b.Admit(8, 10).ok()) << "another peer has its own count";
   EXPECT_EQ(b.held_by(7), 2u);
   EXPECT_EQ(b.held_requests(), 3u);
