@@ -183,6 +183,32 @@ TEST(LimitsTest, HeldAcksCountAgainstThePerPeerLimitAndAreFreedByTheApply) {
   EXPECT_TRUE(::osprey::testing::WaitUntil([&] { return server.hold_budget().held_requests() == 2u; }));
 }
 
+TEST(LimitsTest, RequestsBeforeActivationAreHeldWithinTheBudget) {
+  auto hub = std::make_shared<InprocHub>();
+  auto tables = ::osprey::testing::TestTables();
+  Server server(std::make_unique<InprocTransport>(hub), std::move(*MakeStore("native")));
+  config::LimitsConfig limits;
+  limits.max_inflight_per_peer = 2;
+  server.SetLimits(limits);
+  const std::string endpoint = *server.Listen("inproc://early");
+  RawPeer peer(std::make_unique<InprocTransport>(hub), endpoint);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    peer.Send(Req(proto::OP_PULL_SPARSE, 0, 1, 0, id), VecBuf<uint64_t>({3}), Buffer());
+  }
+  proto::Header r;
+  ASSERT_TRUE(peer.Next(&r, nullptr));
+  EXPECT_EQ(r.request_id(), 3u);
+  ExpectLimitError(r, "request before activation not held: peer 0 already has 2 requests held");
+  EXPECT_EQ(server.num_early_requests(), 2u);
+  ASSERT_TRUE(server.Activate(0, ::osprey::testing::MakeShardMap({endpoint}, tables), tables).ok());
+  for (uint64_t id = 1; id <= 2; ++id) {
+    ASSERT_TRUE(peer.Next(&r, nullptr));
+    EXPECT_EQ(r.op(), proto::OP_REPLY) << r.error();
+    EXPECT_EQ(r.request_id(), id);
+  }
+  EXPECT_EQ(server.hold_budget().held_requests(), 0u);
+}
+
 TEST(LimitsTest, TenThousandBadFramesWriteABoundedNumberOfLogLines) {
   std::ostringstream log;
   auto previous = spdlog::default_logger();
