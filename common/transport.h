@@ -124,6 +124,9 @@ struct TransportOptions {
   int sndhwm = 0;            // 0 = unlimited queue (the client bounds in-flight requests itself)
   int rcvhwm = 0;
   int linger_ms = 0;
+  // kind == "zmq": the largest frame a listener (ROUTER) socket accepts (ZMQ_MAXMSGSIZE); a peer
+  // that sends a larger one is disconnected before the frame is read. 0 = no limit.
+  int64_t max_message_bytes = 0;
   // kind == "zmq": frames of at least this many bytes are sent zero-copy (zmq_msg_init_data);
   // smaller ones are copied. Measured on the 2-core VM: 8 KiB instead of 64 KiB gains nothing for
   // 16-32 KiB frames (a copy that size costs about what the zero-copy bookkeeping does).

@@ -150,6 +150,12 @@ void* ZmqTransport::NewSocket(int type) {
       zmq_close(s);
       return nullptr;
     }
+    // The frame limit (issue #13 "Limits"): ZeroMQ refuses a larger frame from its size prefix,
+    // before allocating it, and drops that connection.
+    if (options_.max_message_bytes > 0) {
+      const int64_t max = options_.max_message_bytes;
+      zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max));
+    }
   } else {
     // A fixed identity keeps this dialer's listener-side PeerId across reconnects. ZeroMQ
     // reserves identities that start with a zero byte for its own.

@@ -35,6 +35,10 @@
 // (Message::peer_role); DEALERs are CURVE clients of options.curve.server_key. Refused connections
 // are counted in stats().auth_refused.
 //
+// Frame limit: with options.max_message_bytes > 0 the ROUTER refuses any larger frame
+// (ZMQ_MAXMSGSIZE: checked against the frame's size prefix, nothing allocated) and drops the
+// connection; an Osprey DEALER reconnects by itself and is served again.
+//
 // Send() never blocks: it returns ResourceExhausted when the peer's ZeroMQ queue is at its
 // send high-water mark (options.sndhwm; 0 = unlimited, the default), Unavailable when a listener
 // peer is no longer connected (the message is counted in stats().send_failures).

@@ -8,7 +8,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake ninja-build pkg-config git
-  clang
+  clang libclang-rt-14-dev  # libFuzzer and the ASan/UBSan runtimes (deploy/fuzz.sh)
   libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev

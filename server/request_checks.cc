@@ -2,11 +2,34 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "common/codec/row_cast.h"
 #include "common/placement.h"
 
 namespace osprey::server {
+
+Status CheckFrameLimits(const Message& msg, const config::LimitsConfig& limits) {
+  const std::pair<const char*, size_t> frames[] = {
+      {"header", msg.header.size()}, {"keys", msg.keys.size()}, {"values", msg.values.size()}};
+  for (const auto& [name, size] : frames) {
+    if (size > limits.max_frame_bytes) {
+      return ResourceExhausted(std::string(name) + " frame of " + std::to_string(size) +
+                               " bytes: limits.max_frame_bytes is " +
+                               std::to_string(limits.max_frame_bytes));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckKeyLimit(const proto::Header& h, const config::LimitsConfig& limits) {
+  if (h.num_keys() > limits.max_keys_per_request) {
+    return ResourceExhausted("request " + std::to_string(h.request_id()) + " claims " +
+                             std::to_string(h.num_keys()) + " keys: limits.max_keys_per_request is " +
+                             std::to_string(limits.max_keys_per_request));
+  }
+  return Status::OK();
+}
 
 Status ValidatePullCast(const proto::Header& h, const TableShard& t) {
   const std::string what = "table '" + t.spec().name() + "': pull with codec " + std::to_string(h.codec());
@@ -25,7 +48,8 @@ Status ValidatePullCast(const proto::Header& h, const TableShard& t) {
 
 Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t, int rank,
                     int num_servers) {
-  if (msg.keys.size() != h.num_keys() * sizeof(uint64_t)) {
+  // Divided, not multiplied: num_keys * 8 wraps for a claimed 2^61 keys and an empty frame.
+  if (msg.keys.size() % sizeof(uint64_t) != 0 || msg.keys.size() / sizeof(uint64_t) != h.num_keys()) {
     return InvalidArgument("table '" + t.spec().name() + "': keys frame has " +
                            std::to_string(msg.keys.size()) + " bytes but num_keys is " +
                            std::to_string(h.num_keys()));

@@ -11,6 +11,14 @@
 
 namespace osprey::server {
 
+// Every frame of `msg` is at most limits.max_frame_bytes: ResourceExhausted naming the frame, its
+// size and the limit. (ZeroMQ enforces it before reading, through ZMQ_MAXMSGSIZE; this covers
+// every transport.)
+Status CheckFrameLimits(const Message& msg, const config::LimitsConfig& limits);
+// h.num_keys() is at most limits.max_keys_per_request: ResourceExhausted naming both. Checked
+// right after the header parses, before anything is sized from the count.
+Status CheckKeyLimit(const proto::Header& h, const config::LimitsConfig& limits);
+
 // The keys frame holds h.num_keys() u64s, every sparse key belongs to server `rank` of
 // `num_servers` and every dense chunk id exists and belongs to it.
 Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t, int rank,

@@ -26,7 +26,14 @@ int64_t Server::NowUs() {
 }
 
 Server::Server(std::unique_ptr<Transport> transport, std::unique_ptr<Store> store)
-    : transport_(std::move(transport)), store_(std::move(store)) {}
+    : transport_(std::move(transport)),
+      budget_(std::make_unique<HoldBudget>(limits_)),
+      store_(std::move(store)) {}
+
+void Server::SetLimits(const config::LimitsConfig& limits) {
+  limits_ = limits;
+  budget_ = std::make_unique<HoldBudget>(limits_);
+}
 
 Server::~Server() { Stop(); }
 
@@ -135,6 +142,10 @@ ServerStatsSnapshot Server::stats() const {
   s.rows_skipped = counters_.rows_skipped.load();
   s.windows_applied = counters_.windows_applied.load();
   s.pulls_held = counters_.pulls_held.load();
+  s.bad_headers = bad_headers_.load();
+  s.limit_refusals = limit_refusals_.load();
+  s.held_bytes = budget_->held_bytes();
+  s.held_requests = budget_->held_requests();
   for (const auto& b : counters_.staleness) s.staleness.push_back(b.load());
   return s;
 }
@@ -143,7 +154,15 @@ void Server::OnMessage(Message&& msg) {
   {
     MutexLock lock(&mu_);
     if (!active_) {
-      held_.push_back(std::move(msg));
+      // Held until Activate, within the same budget as held pulls (released when served).
+      Status s = budget_->Admit(msg.peer, msg.bytes());
+      if (s.ok()) {
+        held_.push_back(std::move(msg));
+        return;
+      }
+      proto::Header raw;
+      if (!raw.ParseFromArray(msg.header.data(), static_cast<int>(msg.header.size()))) raw.Clear();
+      ReplyBad(msg.peer, raw, s.WithContext("request before activation not held"), BadKind::kLimit);
       return;
     }
   }
@@ -153,12 +172,21 @@ void Server::OnMessage(Message&& msg) {
 void Server::Handle(Message&& msg) {
   requests_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(msg.bytes(), std::memory_order_relaxed);
+  // Limits first: nothing is parsed or sized from a frame or a count beyond them.
+  if (Status s = CheckFrameLimits(msg, limits_); !s.ok()) {
+    ReplyBad(msg.peer, proto::Header(), s, BadKind::kLimit);
+    return;
+  }
   auto header = ParseHeader(msg.header);
   if (!header.ok()) {
     // Echo the request id when the header parses at all (e.g. only the version is wrong).
     proto::Header raw;
     if (!raw.ParseFromArray(msg.header.data(), static_cast<int>(msg.header.size()))) raw.Clear();
-    ReplyError(msg.peer, raw, header.status());
+    ReplyBad(msg.peer, raw, header.status(), BadKind::kHeader);
+    return;
+  }
+  if (Status s = CheckKeyLimit(*header, limits_); !s.ok()) {
+    ReplyBad(msg.peer, *header, s, BadKind::kLimit);
     return;
   }
   // ZeroMQ may hand small frames back at any offset of its receive buffer; the store reads keys and
@@ -307,6 +335,14 @@ Status Server::ValidateData(const proto::Header& h, const Message& msg, DataRequ
   }
   r->table = &t;
   r->is_pull = h.op() == proto::OP_PULL_SPARSE || h.op() == proto::OP_PULL_DENSE;
+  // The fp32 values a request makes the server allocate (a pull's reply, a compressed push
+  // decoded) are bounded like a frame: a small request must not buy a huge allocation.
+  if (floats * sizeof(float) > limits_.max_frame_bytes) {
+    return ResourceExhausted("table '" + t.spec().name() + "': " + std::to_string(n) + " keys need " +
+                             std::to_string(floats * sizeof(float)) + " bytes of fp32 values (" +
+                             (r->is_pull ? "the reply" : "the push decoded") +
+                             "): limits.max_frame_bytes is " + std::to_string(limits_.max_frame_bytes));
+  }
   size_t want_bytes = r->is_pull ? 0 : floats * sizeof(float);
   // A compressed push is decoded to fp32 first (the whole frame is validated, nothing of a bad
   // one is applied) and from here on handled exactly like an fp32 push.
@@ -337,8 +373,26 @@ void Server::Reply(PeerId peer, const proto::Header& header, Buffer values) {
 }
 
 void Server::ReplyError(PeerId peer, const proto::Header& request, const Status& status) {
+  ReplyBad(peer, request, status,
+           status.code() == StatusCode::kResourceExhausted ? BadKind::kLimit : BadKind::kInvalid);
+}
+
+void Server::ReplyBad(PeerId peer, const proto::Header& request, const Status& status, BadKind kind) {
   bad_requests_.fetch_add(1, std::memory_order_relaxed);
-  OSPREY_LOG_WARN("bad request {} from peer {}: {}", request.request_id(), peer, status.ToString());
+  if (kind == BadKind::kHeader) bad_headers_.fetch_add(1, std::memory_order_relaxed);
+  if (kind == BadKind::kLimit) limit_refusals_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t suppressed = 0;
+  bool log = false;
+  {
+    MutexLock lock(&log_mu_);
+    log = log_limiter_.Admit(peer, static_cast<int>(kind), NowUs(), &suppressed);
+  }
+  if (log && suppressed > 0) {
+    OSPREY_LOG_WARN("bad request {} from peer {}: {} ({} more of this kind from this peer not logged)",
+                    request.request_id(), peer, status.ToString(), suppressed);
+  } else if (log) {
+    OSPREY_LOG_WARN("bad request {} from peer {}: {}", request.request_id(), peer, status.ToString());
+  }
   Reply(peer, ErrorHeader(request, status), Buffer());
 }
 

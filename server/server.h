@@ -40,6 +40,8 @@
 #include "server/codec_decode.h"
 #include "common/refusal_log.h"
 #include "server/op_auth.h"
+#include "server/hold_budget.h"
+#include "server/log_limiter.h"
 #include "server/replier.h"
 #include "server/store.h"
 #include "server/table_shard.h"
@@ -61,6 +63,12 @@ struct ServerStatsSnapshot {
   uint64_t pulls_held = 0;
   uint64_t refused = 0;        // op_auth.h: a role that may not, a foreign checkpoint directory
   uint64_t auth_refused = 0;   // the transport's refused connections (CURVE)
+  // Of bad_requests: headers that did not parse, and requests refused by a limit
+  // (common/config/limits_config.h: frame size, key count, held requests).
+  uint64_t bad_headers = 0;
+  uint64_t limit_refusals = 0;
+  uint64_t held_bytes = 0;      // now: memory of the requests held unanswered (HoldBudget)
+  uint64_t held_requests = 0;   // now: how many
   // staleness[0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds larger. One entry
   // per sparse row pushed (per-row staleness) and per dense push.
   std::vector<uint64_t> staleness;
@@ -70,6 +78,12 @@ class Server : private Replier {
  public:
   Server(std::unique_ptr<Transport> transport, std::unique_ptr<Store> store);
   ~Server() override;
+
+  // What one peer may ask of this server (limits_config.h; defaults until called). Call before
+  // Listen. The frame limit is checked here for every transport; a ZeroMQ transport should also
+  // be made with TransportOptions::max_message_bytes = limits.max_frame_bytes, so that a larger
+  // frame is never read into memory.
+  void SetLimits(const config::LimitsConfig& limits);
 
   // Binds `endpoint` and starts serving (holding requests until Activate). Returns the bound
   // endpoint. Errors from Transport::Listen/Start.
@@ -114,6 +128,7 @@ class Server : private Replier {
   int rank() const { return rank_.load(std::memory_order_acquire); }
   // Compressed pushes decoded so far (frames, bytes, time); readable from any thread.
   const DecodeStats& decode_stats() const { return decode_stats_; }
+  const HoldBudget& hold_budget() const { return *budget_; }
 
  private:
   // A validated data request: its table and, for pushes, the values as fp32.
@@ -153,8 +168,19 @@ class Server : private Replier {
   // An error reply for a request refused by op_auth.h: counted in bad_requests and refused,
   // logged once per kind.
   void Refuse(const Message& msg, const proto::Header& request, const Status& why, Refusal kind);
+  // What a bad request is, for the counters and the log limiter (one line per peer and kind per
+  // second, with the count of the lines suppressed).
+  enum class BadKind { kHeader = 0, kLimit = 1, kInvalid = 2 };
+  void ReplyBad(PeerId peer, const proto::Header& request, const Status& status, BadKind kind)
+      EXCLUDES(log_mu_);
 
   std::unique_ptr<Transport> transport_;
+  config::LimitsConfig limits_;         // set before Listen, then read only
+  std::unique_ptr<HoldBudget> budget_;  // from limits_
+  Mutex log_mu_;
+  LogLimiter log_limiter_ GUARDED_BY(log_mu_);
+  std::atomic<uint64_t> bad_headers_{0};
+  std::atomic<uint64_t> limit_refusals_{0};
   const std::unique_ptr<Store> store_ PT_GUARDED_BY(work_mu_);
 
   Mutex mu_;  // the hand-over between Listen and Activate

@@ -59,6 +59,7 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
   // Serve what arrived early, in order, before new messages (which now take the direct path but
   // must wait on mu_, which we hold, so ordering is kept).
   while (!held_.empty()) {
+    budget_->Release(held_.front().peer, held_.front().bytes());
     Handle(std::move(held_.front()));
     held_.pop_front();
   }
@@ -83,6 +84,7 @@ Status Server::CreateTables(const proto::ShardMap& map,
                             TableShard::Create(id, spec, tables[i], std::move(owned), num_chunks,
                                                store_.get(), &counters_, this));
     if (live_known_) shard->SetLiveWorkers(live_);
+    shard->set_hold_budget(budget_.get());
     *timer = *timer || (!shard->bsp() && tables[i].consistency.merge_window_us > 0);
     tables_.push_back(std::move(shard));
   }

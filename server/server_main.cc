@@ -112,9 +112,10 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
 }
 
 void LogFinalStats(int rank, const server::ServerStatsSnapshot& st, const server::DecodeStats& ds) {
-  OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad), {} pushes applied, {} MB in, {} MB out",
-                  rank, st.requests, st.bad_requests, st.pushes_applied, st.bytes_in >> 20,
-                  st.bytes_out >> 20);
+  OSPREY_LOG_INFO("server {} stopping: {} requests ({} bad: {} unparsable headers, {} beyond a "
+                  "limit), {} pushes applied, {} MB in, {} MB out",
+                  rank, st.requests, st.bad_requests, st.bad_headers, st.limit_refusals,
+                  st.pushes_applied, st.bytes_in >> 20, st.bytes_out >> 20);
   std::string hist;
   for (size_t i = 0; i < st.staleness.size(); ++i) {
     if (st.staleness[i] == 0) continue;
@@ -170,12 +171,14 @@ int main(int argc, char** argv) {
   auto coord_options =
       config::MakeTransportOptions(job->security, PeerRole::kServer, PeerRole::kCoordinator);
   if (!coord_options.ok()) return Fail(coord_options.status(), "security");
+  listen_options->max_message_bytes = static_cast<int64_t>(job->limits.max_frame_bytes);
   auto transport = MakeTransport(*listen_options);
   if (!transport.ok()) return Fail(transport.status(), "transport");
   auto store = server::MakeStore("native");
   if (!store.ok()) return Fail(store.status(), "store");
   server::Server srv(std::move(*transport), std::move(*store));
   srv.SetRolesRequired(job->security.mode == config::SecurityMode::kCurve);
+  srv.SetLimits(job->limits);
   auto bound = srv.Listen(listen.empty() ? DefaultEndpoint(job->cluster) : listen);
   if (!bound.ok()) return Fail(bound.status(), "listen");
 

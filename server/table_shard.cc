@@ -107,6 +107,11 @@ Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n,
 Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t n,
                             const float* g, const Buffer* values, int64_t now_us, Ack* ack) {
   if (!failed_.ok()) return failed_;
+  if (ack != nullptr && ack_on_apply_ && budget_ != nullptr) {
+    // Refused before anything of it is merged: the ack would be held (reserved below).
+    OSPREY_RETURN_IF_ERROR(budget_->Check(ack->reply.peer, AckBytes(ack->reply))
+                               .WithContext("table '" + spec_.name() + "': push not taken"));
+  }
   bool any_bad = false;
   OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
   if (policy_->tracks_progress()) Progress(h.worker_rank(), h.clock() + 1);
@@ -139,6 +144,7 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   w.staleness_sum += static_cast<double>(s);
   w.any_stale = w.any_stale || per_row;
   if (ack != nullptr && ack_on_apply_) {
+    if (budget_ != nullptr) (void)budget_->Admit(ack->reply.peer, AckBytes(ack->reply));  // Checked above
     w.acks.push_back(ack->reply);
     ack->held = true;
   }
@@ -281,6 +287,7 @@ Status TableShard::ApplyWindow(Window* w, int64_t clock) {
     reply.set_num_keys(0);
     reply.set_value_bytes(0);
     replier_->Reply(a.peer, reply, Buffer());
+    ReleaseAck(a);
   }
   w->acks.clear();
   return Status::OK();
@@ -293,11 +300,17 @@ Status TableShard::Fail(const Status& cause, int64_t clock, int pushes) {
                               std::to_string(pushes) + " pushes) failed to apply, so none of " +
                               "its pushes is applied and the table refuses requests from now on");
   for (auto& [c, w] : windows_) {
-    for (const PendingReply& a : w.acks) replier_->ReplyError(a.peer, a.request, failed_);
+    for (const PendingReply& a : w.acks) {
+      replier_->ReplyError(a.peer, a.request, failed_);
+      ReleaseAck(a);
+    }
     w.acks.clear();
   }
   windows_.clear();
-  for (const HeldPull& p : held_) replier_->ReplyError(p.msg.peer, p.header, failed_);
+  for (const HeldPull& p : held_) {
+    replier_->ReplyError(p.msg.peer, p.header, failed_);
+    ReleasePull(p);
+  }
   held_.clear();
   return failed_;
 }

@@ -111,6 +111,7 @@
 #include "proto/wire.h"
 #include "server/consistency_policy.h"
 #include "server/delay_compensation.h"
+#include "server/hold_budget.h"
 #include "server/merge_buffer.h"
 #include "server/replier.h"
 #include "server/store.h"
@@ -206,6 +207,9 @@ class TableShard {
   void set_version(uint64_t v) { version_ = v; }  // restore
   int64_t done() const { return done_; }
   size_t num_held() const { return held_.size(); }
+  // Held pulls and held acks are admitted against `budget` (borrowed, outlives the shard; null:
+  // unlimited); one beyond it is answered with the budget's ResourceExhausted error at once.
+  void set_hold_budget(HoldBudget* budget) { budget_ = budget; }
 
  private:
   // A pull waiting for its clock: the request as received (frames keep their buffers alive).
@@ -270,6 +274,17 @@ class TableShard {
   void AnswerPull(const proto::Header& h, const Message& msg);
   Status ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,
                    Buffer* values);
+  // What a held pull / held ack counts against the HoldBudget.
+  static uint64_t HeldBytes(const HeldPull& p) { return sizeof(HeldPull) + p.msg.bytes(); }
+  static uint64_t AckBytes(const PendingReply& a) {
+    return sizeof(PendingReply) + a.request.ByteSizeLong();
+  }
+  void ReleaseAck(const PendingReply& a) {
+    if (budget_ != nullptr) budget_->Release(a.peer, AckBytes(a));
+  }
+  void ReleasePull(const HeldPull& p) {
+    if (budget_ != nullptr) budget_->Release(p.msg.peer, HeldBytes(p));
+  }
   // DC-ASGD: remembers the `n` keys' floats `values` just served to the pull `h`.
   void RecordPull(const proto::Header& h, const uint64_t* keys, size_t n, const float* values);
 
@@ -282,6 +297,7 @@ class TableShard {
   const std::unique_ptr<Updater> updater_;
   ServerCounters* const counters_;
   Replier* const replier_;
+  HoldBudget* budget_ = nullptr;
   const bool row_ids_;      // sparse table on a store with row ids: windows merge by row id
   const bool ack_on_apply_;  // Store::acks_after_apply()
 

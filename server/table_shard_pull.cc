@@ -18,8 +18,17 @@ Status TableShard::Pull(const proto::Header& h, Message msg, int64_t now_us) {
     AnswerPull(h, msg);
     return Status::OK();
   }
+  HeldPull p{std::move(msg), h};
+  if (budget_ != nullptr) {
+    Status s = budget_->Admit(p.msg.peer, HeldBytes(p));
+    if (!s.ok()) {  // refused, not held: the peer learns which limit at once
+      replier_->ReplyError(p.msg.peer, h, s.WithContext("table '" + spec_.name() + "': pull of clock " +
+                                                         std::to_string(h.clock()) + " not held"));
+      return Status::OK();
+    }
+  }
   counters_->pulls_held.fetch_add(1, std::memory_order_relaxed);
-  held_.push_back(HeldPull{std::move(msg), h});
+  held_.push_back(std::move(p));
   // The pull itself may be the progress the oldest bsp window waited for (a worker that pulls a
   // table it does not push, e.g. a GPU host group's non-owner): close what can close.
   return Advance(now_us);
@@ -33,6 +42,7 @@ void TableShard::ReleaseHeld() {
   size_t kept = 0;
   for (size_t i = 0; i < held_.size(); ++i) {
     if (policy_->Release(held_[i].header.clock(), done_, slowest)) {
+      ReleasePull(held_[i]);
       ready.push_back(std::move(held_[i]));
     } else {
       if (kept != i) held_[kept] = std::move(held_[i]);

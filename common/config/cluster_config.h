@@ -10,6 +10,7 @@
 
 #include "common/config/consistency_config.h"
 #include "common/config/security_config.h"
+#include "common/config/limits_config.h"
 #include "common/config/table_config.h"
 
 namespace osprey::config {
@@ -35,6 +36,7 @@ struct PsConfig {
   std::vector<TableConfig> tables;
   CheckpointConfig checkpoint;
   SecurityConfig security;
+  LimitsConfig limits;  // what one peer may ask of a server (limits_config.h)
   std::string log_level = "info";
 
   // Index of the table called `name` or -1.
