@@ -12,4 +12,5 @@ JOBS=${JOBS:-$(nproc)}
 BUILD_DIR=$BUILD_DIR bash deploy/configure.sh "$@"
 targets=()
 for t in ${TARGETS:-}; do targets+=(--target "$t"); done
-cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"
+echo "build: $BUILD_DIR (${TARGETS:-all targets})"
+cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}" -- --quiet

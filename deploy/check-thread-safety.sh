@@ -23,7 +23,7 @@ cmake -S . -B "$TSA_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS="-Wthread-safety -Werror=thread-safety -fsized-deallocation" \
   -DOSPREY_WITH_CUDA=OFF -DOSPREY_BUILD_TESTS=OFF -DOSPREY_BUILD_BENCH=OFF >/dev/null
 echo "check-thread-safety: building"
-if ! cmake --build "$TSA_BUILD_DIR" -j "$JOBS"; then
+if ! cmake --build "$TSA_BUILD_DIR" -j "$JOBS" -- --quiet; then
   echo "check-thread-safety: FAILED (thread-safety errors are shown above as -Werror=thread-safety)" >&2
   exit 1
 fi

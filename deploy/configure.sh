@@ -6,4 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+mkdir -p "$BUILD_DIR"
+# cmake's own lines go to a log (shown when it fails); one line here says what was configured.
+if ! cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" > "$BUILD_DIR/configure.log" 2>&1; then
+  cat "$BUILD_DIR/configure.log" >&2
+  echo "configure: FAILED (log above: $BUILD_DIR/configure.log)" >&2
+  exit 1
+fi
+echo "configure: $BUILD_DIR ($(grep -o 'osprey: .*' "$BUILD_DIR/configure.log" | head -1))"

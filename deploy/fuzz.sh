@@ -32,7 +32,7 @@ cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DOSPREY_WITH_CUDA=OFF -DOSPREY_WITH_RDMA=OFF -DOSPREY_WITH_REDIS=OFF \
   -DOSPREY_BUILD_TESTS=OFF -DOSPREY_BUILD_BENCH=OFF -DOSPREY_BUILD_FUZZ=ON >/dev/null
 echo "fuzz: building request_fuzzer codec_fuzzer"
-cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS" --target request_fuzzer codec_fuzzer
+cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS" --target request_fuzzer codec_fuzzer -- --quiet
 mkdir -p "$FUZZ_BUILD_DIR/artifacts"
 status=0
 for target in request codec; do
