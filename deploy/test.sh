@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, build (Release) everything, check that the build is
 # deterministic (configuring again leaves ninja nothing to do), build the non-CUDA code with clang's
-# -Wthread-safety (deploy/check-thread-safety.sh), and run the whole test suite (unit and
-# integration; gpu-labelled tests skip themselves where no GPU is present), then run the in-tree
-# fuzz targets for a bounded time under ASan/UBSan (deploy/fuzz.sh; FUZZ_SECONDS per target,
-# default 30; FUZZ_SECONDS=0 skips them). Extra arguments go to ctest.
+# -Wthread-safety (deploy/check-thread-safety.sh), run the in-tree fuzz targets for a bounded time
+# under ASan/UBSan (deploy/fuzz.sh; FUZZ_SECONDS per target, default 30; FUZZ_SECONDS=0 skips
+# them), then the whole test suite (unit and integration; gpu-labelled tests skip themselves where
+# no GPU is present). Extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -27,8 +27,9 @@ echo "test.sh: second configure: ninja has no work to do"
 
 bash deploy/check-thread-safety.sh
 
-(cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900 "$@")
-
 if [ "${FUZZ_SECONDS:-30}" != "0" ]; then
   bash deploy/fuzz.sh
 fi
+
+# Last, so that ctest's summary closes the output.
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900 "$@")
