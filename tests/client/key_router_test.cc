@@ -28,7 +28,9 @@ TEST(KeyRouterTest, RouteGivesEveryKeyToItsOwnerOnceInCallOrder) {
     for (size_t j = 0; j < s.count; ++j) {
       EXPECT_EQ(s.keys.as<uint64_t>()[j], keys[pos[j]]);
       EXPECT_EQ(ServerForKey(7, keys[pos[j]], 4), s.server);
-      if (j > 0) EXPECT_LT(pos[j - 1], pos[j]);
+      if (j > 0) {
+        EXPECT_LT(pos[j - 1], pos[j]);
+      }
       EXPECT_TRUE(seen.insert(pos[j]).second) << "position " << pos[j] << " twice";
     }
   }
