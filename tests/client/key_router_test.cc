@@ -21,7 +21,9 @@ TEST(KeyRouterTest, RouteGivesEveryKeyToItsOwnerOnceInCallOrder) {
   std::set<uint32_t> seen;
   for (size_t i = 0; i < slices.size(); ++i) {
     const KeySlice& s = slices[i];
-    if (i > 0) EXPECT_LT(slices[i - 1].server, s.server);
+    if (i > 0) {
+      EXPECT_LT(slices[i - 1].server, s.server);
+    }
     ASSERT_EQ(s.keys.size(), s.count * sizeof(uint64_t));
     ASSERT_EQ(s.positions.count<uint32_t>(), s.count);
     const uint32_t* pos = s.position_data();
