@@ -7,24 +7,13 @@
 
 #include "common/config/yaml_fields.h"
 #include "server/optim/optimizer.h"
+#include "tests/config/minimal_job.h"
 #include "tests/testing/test_env.h"
 
 namespace osprey::config {
 namespace {
 
-const char* kMinimal = R"(
-tables:
-  - name: embeddings
-    type: sparse
-    dim: 16
-  - name: mlp
-    type: dense
-model:
-  type: dlrm
-  embedding_dim: 16
-  bottom_mlp: [32, 16]
-  top_mlp: [32, 1]
-)";
+const char* const kMinimal = kMinimalJobYaml;
 
 void ExpectError(const std::string& yaml, const std::vector<std::string>& overrides,
                  const std::string& fragment) {

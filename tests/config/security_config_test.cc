@@ -9,23 +9,12 @@
 
 #include "common/zmq_curve.h"
 #include "job/job_config.h"
+#include "tests/config/minimal_job.h"
 
 namespace osprey::config {
 namespace {
 
-const char* kMinimal = R"(
-tables:
-  - name: embeddings
-    type: sparse
-    dim: 16
-  - name: mlp
-    type: dense
-model:
-  type: dlrm
-  embedding_dim: 16
-  bottom_mlp: [32, 16]
-  top_mlp: [32, 1]
-)";
+const char* const kMinimal = kMinimalJobYaml;
 
 TEST(SecurityConfigTest, DefaultsToNone) {
   auto job = ParseJobConfig(kMinimal, "test.yaml");

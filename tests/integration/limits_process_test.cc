@@ -24,6 +24,7 @@
 #include "coordinator/coordinator_client.h"
 #include "tests/coordinator/process_test_util.h"
 #include "tests/testing/cluster_fixture.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/test_env.h"
 #include "tests/testing/wait.h"
 
@@ -34,20 +35,7 @@ using testing::RawPeer;
 using testing::VecBuf;
 namespace proc = tools::testing;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::FreePort;
 
 proto::Header Req(proto::Op op, const proto::ShardMap& map, uint32_t table, uint64_t num_keys,
                   uint64_t value_bytes, uint64_t id) {

@@ -33,6 +33,7 @@
 #include "common/transport.h"
 #include "coordinator/coordinator_client.h"
 #include "proto/wire.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/test_env.h"
 
 namespace {
@@ -42,21 +43,7 @@ using Clock = std::chrono::steady_clock;
 using osprey::testing::EnvOr;
 using osprey::testing::ReadFile;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using osprey::testing::FreePort;
 
 // The rank the coordinator gave the worker writing `log` ("worker R of N: ..."); -1 until known.
 // Steps a worker says it trained ("worker R trained N steps"); -1 when it did not say.
