@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
       config::MakeTransportOptions(job->security, PeerRole::kServer, PeerRole::kCoordinator);
   if (!coord_options.ok()) return Fail(coord_options.status(), "security");
   listen_options->max_message_bytes = static_cast<int64_t>(job->limits.max_frame_bytes);
+  listen_options->io_threads = job->cluster.io_threads;
   auto transport = MakeTransport(*listen_options);
   if (!transport.ok()) return Fail(transport.status(), "transport");
   auto store = server::MakeStore("native");

@@ -176,6 +176,7 @@ int main(int argc, char** argv) {
   if (!coord_options.ok()) return Fail(coord_options.status(), "security");
   auto data_options = config::MakeTransportOptions(job.security, PeerRole::kWorker, PeerRole::kServer);
   if (!data_options.ok()) return Fail(data_options.status(), "security");
+  data_options->io_threads = job.cluster.io_threads;
 
   auto ctransport = MakeTransport(*coord_options);
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
