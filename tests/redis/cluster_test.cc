@@ -3,9 +3,12 @@
 // and FUNCTION LOAD on every master then FCALL routed by key.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "common/redis/redis_client.h"
+#include "tests/testing/launch_util.h"
 #include "tests/testing/redis_fixture.h"
 #include "tests/testing/wait.h"
 
@@ -183,6 +186,50 @@ TEST(RedisClusterTest, AskDuringMigrationLosesNothing) {
   ExpectAll(*client, fresh, "n");
   EXPECT_EQ(c->node(to).Call({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer, 140);
   EXPECT_EQ(c->node(from).Call({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer, 0);
+}
+
+TEST(RedisClusterTest, ReshardWhileIncrementingLosesAndDuplicatesNothing) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  auto client = ConnectTo(*c);
+  ASSERT_TRUE(client);
+  const auto keys = Keys("ctr:", 4000);
+  // `redis-cli --cluster reshard` moves 1500 slots (and their keys) from node 0 to node 1 while
+  // this thread keeps incrementing every key: each INCR must apply exactly once.
+  std::atomic<bool> resharding{true};
+  int reshard_rc = -1;
+  const std::string cmd = "redis-cli --cluster reshard 127.0.0.1:" + std::to_string(c->node(0).port()) +
+                          " --cluster-from " + c->NodeId(0) + " --cluster-to " + c->NodeId(1) +
+                          " --cluster-slots 1500 --cluster-yes > /dev/null 2>&1";
+  std::thread reshard([&] {
+    reshard_rc = osprey::testing::RunCommand(cmd);
+    resharding = false;
+  });
+  std::vector<Command> incrs;
+  for (const auto& k : keys) incrs.push_back({{"INCR", k}});
+  std::vector<Reply> r;
+  long long rounds = 0;
+  bool ok = true;
+  while (ok && (resharding || rounds < 3)) {
+    Status st = client->Execute(incrs, &r);
+    ok = st.ok();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    ++rounds;
+    for (size_t i = 0; ok && i < r.size(); ++i) {
+      ok = r[i].type == Reply::Type::kInteger && r[i].integer == rounds;
+      EXPECT_TRUE(ok) << keys[i] << " round " << rounds << ": " << r[i].DebugString();
+    }
+  }
+  reshard.join();
+  ASSERT_EQ(reshard_rc, 0);
+  ASSERT_TRUE(ok);
+  std::vector<Command> gets;
+  for (const auto& k : keys) gets.push_back({{"GET", k}});
+  ASSERT_TRUE(client->Execute(gets, &r).ok());
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(r[i].str, std::to_string(rounds)) << keys[i];
+  EXPECT_GT(client->counters().moved + client->counters().asks, 0) << "the reshard was not observed";
+  std::printf("reshard: %lld rounds of %zu INCRs, %lld MOVED, %lld ASK\n", rounds, keys.size(),
+              client->counters().moved, client->counters().asks);
 }
 
 TEST(RedisClusterTest, KilledMasterIsUnavailableWithinTheRetryBudget) {
