@@ -181,7 +181,17 @@ TEST(RedisClusterTest, AskDuringMigrationLosesNothing) {
   ExpectAll(*client, fresh, "n");
   EXPECT_EQ(client->counters().moved, 0) << "the slot still belongs to the source: ASK only";
 
+  // A multi-key command whose keys are split between source and target gets TRYAGAIN until the
+  // migration ends: retried with backoff, then Unavailable naming the reason.
+  std::vector<Reply> r;
+  Status st = client->Execute({{{"MGET", keys[0], keys[99]}}}, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("TRYAGAIN"), std::string::npos) << st.ToString();
+
   FinishMigration(*c, slot, from, to);
+  ASSERT_TRUE(client->Execute({{{"MGET", keys[0], keys[99]}}}, &r).ok());
+  ASSERT_EQ(r[0].elements.size(), 2u);
+  EXPECT_EQ(r[0].elements[1].str, "v99x");
   ExpectAll(*client, keys, "x");
   ExpectAll(*client, fresh, "n");
   EXPECT_EQ(c->node(to).Call({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer, 140);
@@ -282,6 +292,25 @@ TEST(RedisClusterTest, FunctionLoadedOnEveryMasterRunsWhereItsKeyLives) {
   ASSERT_TRUE(r.back().is_error());
   EXPECT_EQ(r.back().str, "FENCED stale epoch");
   EXPECT_EQ(client->counters().moved, 0);
+}
+
+TEST(RedisClusterTest, AuthOnEveryNode) {
+  auto c = RedisTestCluster::Start(3, "clusterpw");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  RedisOptions o;
+  o.cluster = true;
+  o.seeds = (*c)->endpoints();
+  auto anonymous = RedisClient::Connect(o);
+  ASSERT_FALSE(anonymous.ok());
+  EXPECT_EQ(anonymous.status().code(), StatusCode::kPermissionDenied) << anonymous.status().ToString();
+  o.password = "nope";
+  EXPECT_EQ(RedisClient::Connect(o).status().code(), StatusCode::kPermissionDenied);
+  o.password = "clusterpw";
+  auto client = RedisClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const auto keys = Keys("key:", 500);
+  SetAll(**client, keys, "a");
+  ExpectAll(**client, keys, "a");
 }
 
 TEST(RedisClusterTest, ClusterModeOnAPlainNodeIsAClearError) {

@@ -180,18 +180,24 @@ class RedisServer {
   std::string password_;
 };
 
-// Three masters, no replicas, all slots assigned by `redis-cli --cluster create`.
+// Three masters, no replicas, all slots assigned by `redis-cli --cluster create`. With a
+// password every node has --requirepass and --masterauth, and redis-cli authenticates with -a.
 class RedisTestCluster {
  public:
-  static StatusOr<std::unique_ptr<RedisTestCluster>> Start(int num_masters = 3) {
+  static StatusOr<std::unique_ptr<RedisTestCluster>> Start(int num_masters = 3,
+                                                          const std::string& password = "") {
     std::unique_ptr<RedisTestCluster> c(new RedisTestCluster());
     c->dir_ = MakeTempDir("redis-cluster");
     if (c->dir_.empty()) return Internal("cannot create a temp dir for the redis cluster");
-    std::string create = "redis-cli --cluster create";
+    std::string create = "redis-cli";
+    if (!password.empty()) create += " --no-auth-warning -a '" + password + "'";
+    create += " --cluster create";
     for (int i = 0; i < num_masters; ++i) {
       RedisServer::Options o;
       o.cluster = true;
       o.dir = c->dir_;
+      o.password = password;
+      if (!password.empty()) o.extra = {"--masterauth", password};
       OSPREY_ASSIGN_OR_RETURN(auto node, RedisServer::Start(o));
       create += " 127.0.0.1:" + std::to_string(node->port());
       c->nodes_.push_back(std::move(node));
