@@ -96,7 +96,9 @@ Status RedisClient::Impl::RefreshMap() {
     if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) candidates.push_back(s);
   }
   Status last = Unavailable("redis cluster: no node to read the slot map from");
+  std::string tried;
   for (const Endpoint& ep : candidates) {
+    tried += (tried.empty() ? "" : ", ") + ep.ToString();
     auto conn = Conn(ep);
     if (!conn.ok()) {
       if (conn.status().code() == StatusCode::kPermissionDenied) return conn.status();
@@ -134,7 +136,8 @@ Status RedisClient::Impl::RefreshMap() {
     ++counters.map_refreshes;
     return Status::OK();
   }
-  return last;
+  return Status(last.code(), "redis cluster: no node answered CLUSTER SLOTS (tried " + tried +
+                                 "); last error: " + last.message());
 }
 
 Endpoint RedisClient::Impl::Route(const Command& c) const {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/redis/redis_client.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/launch_util.h"
 #include "tests/testing/redis_fixture.h"
 #include "tests/testing/wait.h"
@@ -260,6 +261,33 @@ TEST(RedisClusterTest, KilledMasterIsUnavailableWithinTheRetryBudget) {
   EXPECT_NE(st.message().find(dead.ToString()), std::string::npos) << st.ToString();
   EXPECT_EQ(client->counters().retries, 3);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // A new client whose first seed is the dead node still reads the map from the others.
+  auto again = ConnectTo(*c);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->num_masters(), 3u);
+}
+
+TEST(RedisClusterTest, ClusterDownIsRetriedThenUnavailable) {
+  // A short node timeout so the survivors mark the killed master failed within seconds.
+  auto c = RedisTestCluster::Start(3, "", {"--cluster-node-timeout", "1000"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto client = ConnectTo(**c);
+  ASSERT_TRUE(client);
+  (*c)->node(2).Kill9();
+  ASSERT_TRUE(osprey::testing::WaitUntil(
+      [&] { return (*c)->node(0).Call({"CLUSTER", "INFO"}).str.find("cluster_state:fail") != std::string::npos; },
+      std::chrono::seconds(20)));
+  // A key on a live master: its node answers CLUSTERDOWN, retried with backoff, then reported.
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    const std::string k = "key:" + std::to_string(i);
+    if ((*c)->OwnerPort(0, RedisClient::KeySlot(k)) == (*c)->node(0).port()) key = k;
+  }
+  std::vector<Reply> r;
+  Status st = client->Execute({{{"GET", key}}}, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("CLUSTERDOWN"), std::string::npos) << st.ToString();
+  EXPECT_EQ(client->counters().retries, 3);
 }
 
 TEST(RedisClusterTest, FunctionLoadedOnEveryMasterRunsWhereItsKeyLives) {
@@ -311,6 +339,18 @@ TEST(RedisClusterTest, AuthOnEveryNode) {
   const auto keys = Keys("key:", 500);
   SetAll(**client, keys, "a");
   ExpectAll(**client, keys, "a");
+}
+
+TEST(RedisClusterTest, NoSeedUpIsUnavailableNamingEverySeed) {
+  RedisOptions o;
+  o.cluster = true;
+  o.seeds = {{"127.0.0.1", osprey::testing::FreePort()}, {"127.0.0.1", osprey::testing::FreePort()}};
+  auto client = RedisClient::Connect(o);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable);
+  for (const Endpoint& ep : o.seeds) {
+    EXPECT_NE(client.status().message().find(ep.ToString()), std::string::npos) << client.status().ToString();
+  }
 }
 
 TEST(RedisClusterTest, ClusterModeOnAPlainNodeIsAClearError) {

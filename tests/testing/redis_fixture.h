@@ -184,8 +184,10 @@ class RedisServer {
 // password every node has --requirepass and --masterauth, and redis-cli authenticates with -a.
 class RedisTestCluster {
  public:
+  // `extra`: more redis-server arguments for every node (e.g. a short --cluster-node-timeout).
   static StatusOr<std::unique_ptr<RedisTestCluster>> Start(int num_masters = 3,
-                                                          const std::string& password = "") {
+                                                          const std::string& password = "",
+                                                          const std::vector<std::string>& extra = {}) {
     std::unique_ptr<RedisTestCluster> c(new RedisTestCluster());
     c->dir_ = MakeTempDir("redis-cluster");
     if (c->dir_.empty()) return Internal("cannot create a temp dir for the redis cluster");
@@ -197,7 +199,8 @@ class RedisTestCluster {
       o.cluster = true;
       o.dir = c->dir_;
       o.password = password;
-      if (!password.empty()) o.extra = {"--masterauth", password};
+      o.extra = extra;
+      if (!password.empty()) o.extra.insert(o.extra.end(), {"--masterauth", password});
       OSPREY_ASSIGN_OR_RETURN(auto node, RedisServer::Start(o));
       create += " 127.0.0.1:" + std::to_string(node->port());
       c->nodes_.push_back(std::move(node));
