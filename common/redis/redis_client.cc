@@ -82,8 +82,8 @@ struct RedisClient::Impl {
   }
 
   Status RefreshMap();
-  Endpoint Route(const Command& c) const;
-  std::map<std::string, NodeBatch> SendPending(const std::vector<Command>& commands, BatchState* s);
+  const Endpoint& Route(const Command& c) const;
+  std::vector<NodeBatch> SendPending(const std::vector<Command>& commands, BatchState* s);
   Status Absorb(NodeBatch& b, BatchState* s, std::vector<size_t>* next);
   Status Execute(const std::vector<Command>& commands, std::vector<Reply>* replies);
   Status ExecuteOnAllMasters(const Command& command, std::vector<Reply>* replies);
@@ -140,7 +140,7 @@ Status RedisClient::Impl::RefreshMap() {
                                  "); last error: " + last.message());
 }
 
-Endpoint RedisClient::Impl::Route(const Command& c) const {
+const Endpoint& RedisClient::Impl::Route(const Command& c) const {
   if (c.key_index < 0) return map.masters().front();
   const int owner = map.MasterOf(KeySlot(c.args[c.key_index]));
   // An unassigned slot goes to any master: its answer (CLUSTERDOWN, MOVED) drives the retry.
@@ -167,13 +167,23 @@ Status ValidateCommands(const std::vector<Command>& commands) {
 // One attempt: the pending commands grouped per node (a redirected command goes where its
 // MOVED/ASK said), every node's pipeline written before any is read (one round trip for the
 // attempt), then every node's replies read.
-std::map<std::string, NodeBatch> RedisClient::Impl::SendPending(const std::vector<Command>& commands,
-                                                                 BatchState* s) {
-  std::map<std::string, NodeBatch> batches;
+std::vector<NodeBatch> RedisClient::Impl::SendPending(const std::vector<Command>& commands,
+                                                      BatchState* s) {
+  std::vector<NodeBatch> batches;  // a handful of nodes: a linear search beats a map here
+  NodeBatch* last = nullptr;
   for (size_t i : s->pending) {
-    const Endpoint ep = s->redirect[i] ? *s->redirect[i] : Route(commands[i]);
-    NodeBatch& b = batches[ep.ToString()];
-    b.endpoint = ep;
+    const Endpoint& ep = s->redirect[i] ? *s->redirect[i] : Route(commands[i]);
+    if (last == nullptr || !(last->endpoint == ep)) {
+      last = nullptr;
+      for (NodeBatch& b : batches) {
+        if (b.endpoint == ep) last = &b;
+      }
+      if (last == nullptr) {
+        last = &batches.emplace_back();
+        last->endpoint = ep;
+      }
+    }
+    NodeBatch& b = *last;
     b.index.push_back(i);
     b.argvs.push_back(&commands[i].args);
     b.asking.push_back(s->ask[i]);
@@ -181,7 +191,7 @@ std::map<std::string, NodeBatch> RedisClient::Impl::SendPending(const std::vecto
     s->ask[i] = false;
   }
   std::vector<std::pair<NodeBatch*, NodeConnection*>> sent;
-  for (auto& [name, b] : batches) {
+  for (NodeBatch& b : batches) {
     auto conn = Conn(b.endpoint);
     b.status = conn.ok() ? (*conn)->Send(b.argvs, &b.asking) : conn.status();
     if (b.status.ok()) sent.emplace_back(&b, *conn);
@@ -236,10 +246,10 @@ Status RedisClient::Impl::Execute(const std::vector<Command>& commands, std::vec
   s.ask.assign(commands.size(), false);
   int retries = 0, redirects = 0, backoff_ms = std::max(1, options.backoff_ms);
   while (!s.pending.empty()) {
-    std::map<std::string, NodeBatch> batches = SendPending(commands, &s);
+    std::vector<NodeBatch> batches = SendPending(commands, &s);
     std::vector<size_t> next;
     s.transient = s.refresh = false;
-    for (auto& [name, b] : batches) OSPREY_RETURN_IF_ERROR(Absorb(b, &s, &next));
+    for (NodeBatch& b : batches) OSPREY_RETURN_IF_ERROR(Absorb(b, &s, &next));
     // Ascending order keeps the caller's order among the commands resent to one node.
     std::sort(next.begin(), next.end());
     s.pending.swap(next);

@@ -269,7 +269,7 @@ TEST(RedisClusterTest, KilledMasterIsUnavailableWithinTheRetryBudget) {
 
 TEST(RedisClusterTest, ClusterDownIsRetriedThenUnavailable) {
   // A short node timeout so the survivors mark the killed master failed within seconds.
-  auto c = RedisTestCluster::Start(3, "", {"--cluster-node-timeout", "1000"});
+  auto c = RedisTestCluster::Start(3, "", {"--cluster-node-timeout", "2000"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto client = ConnectTo(**c);
   ASSERT_TRUE(client);
