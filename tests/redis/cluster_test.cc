@@ -261,10 +261,40 @@ TEST(RedisClusterTest, KilledMasterIsUnavailableWithinTheRetryBudget) {
   EXPECT_NE(st.message().find(dead.ToString()), std::string::npos) << st.ToString();
   EXPECT_EQ(client->counters().retries, 3);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // Every-master commands report the dead one too.
+  st = client->ExecuteOnAllMasters({{"PING"}, -1}, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find(dead.ToString()), std::string::npos) << st.ToString();
   // A new client whose first seed is the dead node still reads the map from the others.
   auto again = ConnectTo(*c);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->num_masters(), 3u);
+}
+
+TEST(RedisClusterTest, StoppedMasterIsDeadlineExceededThenRecovers) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  RedisOptions o;
+  o.cluster = true;
+  o.seeds = c->endpoints();
+  o.io_timeout_ms = 400;
+  auto client = RedisClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const auto keys = Keys("key:", 300);
+  SetAll(**client, keys, "");
+  c->node(1).Pause();
+  std::vector<Command> gets;
+  for (const auto& k : keys) gets.push_back({{"GET", k}});
+  std::vector<Reply> r;
+  const auto start = std::chrono::steady_clock::now();
+  Status st = (*client)->Execute(gets, &r);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find(c->node(1).endpoint().ToString()), std::string::npos) << st.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  // ExecuteOnAllMasters meets the same stopped node.
+  EXPECT_EQ((*client)->ExecuteOnAllMasters({{"PING"}, -1}, &r).code(), StatusCode::kDeadlineExceeded);
+  c->node(1).Resume();
+  ExpectAll(**client, keys, "");
 }
 
 TEST(RedisClusterTest, ClusterDownIsRetriedThenUnavailable) {
