@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -145,7 +146,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  // Runs are interleaved (run r of every case, then run r+1), so a change in the machine's load
+  // Runs are interleaved (run r of every case, in a shuffled order, then run r+1), so a change in the machine's load
   // (2 shared cores here) hits every case alike rather than one case's five runs.
   struct Case {
     const char* target;
@@ -158,8 +159,15 @@ int Main(int argc, char** argv) {
     // Batch 1 pays one round trip per SET: fewer of them keep the run short.
     for (int batch : {1, 64, 1024}) cases.push_back({target, batch, batch == 1 ? commands / 4 : commands, {}});
   }
+  std::mt19937 rng(1);
+  std::vector<size_t> order(cases.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int r = 0; r < runs; ++r) {
-    for (Case& c : cases) {
+    // A new case order every round: no case always follows the same one (what ran just before
+    // leaves the servers' and the scheduler's state behind).
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t ci : order) {
+      Case& c = cases[ci];
       const bool is_cluster = std::strstr(c.target, "cluster") != nullptr;
       StatusOr<double> rate =
           std::strncmp(c.target, "raw_", 4) == 0
