@@ -269,7 +269,7 @@ void RdmaTransport::Control(Peer* p, uint32_t imm) {
 
 void RdmaTransport::TearDown(Peer* p, Status why) {
   rstats_.teardowns++;
-  if (p->state != State::kBroken) {
+  if (p->state != State::kBroken && !stopped_) {
     OSPREY_LOG_WARN("rdma: tearing down peer {}: {}", p->id, why.ToString());
   }
   p->state = State::kBroken;

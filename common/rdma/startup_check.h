@@ -8,11 +8,19 @@
 // build has no RDMA; with them it queries the real stack (real_verbs.h).
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/config/cluster_config.h"
 #include "common/status.h"
 
 namespace osprey::rdma {
 
 Status CheckTransportAtStart(const config::PsConfig& c);
+
+// `osprey doctor`'s RDMA rows (label, value): the transport, each device's ports (state, link
+// layer, MTU, GIDs) as libibverbs reports them, and whether device memory could be registered.
+std::vector<std::pair<std::string, std::string>> RdmaDoctorRows();
 
 }  // namespace osprey::rdma
