@@ -23,7 +23,7 @@ bool NoDeviceHere() {
 }
 
 // Runs `cmd` with stderr to a file; its exit status, stderr and wall time.
-int Run(const std::string& cmd, std::string* err, double* seconds) {
+int RunTimed(const std::string& cmd, std::string* err, double* seconds) {
   const std::string out = ::testing::TempDir() + "/rdma_fail_fast.err";
   auto t0 = std::chrono::steady_clock::now();
   int rc = RunCommand(cmd + " >/dev/null 2>" + out);
@@ -42,7 +42,7 @@ TEST(RdmaFailFastTest, EveryBinaryExits2NamingWhatItLookedFor) {
         BinDir() + "/osprey-worker --config " + config + set}) {
     std::string err;
     double seconds = 0;
-    EXPECT_EQ(Run(cmd, &err, &seconds), 2) << cmd << "\n" << err;
+    EXPECT_EQ(RunTimed(cmd, &err, &seconds), 2) << cmd << "\n" << err;
     EXPECT_LT(seconds, 1.0) << cmd;
     EXPECT_NE(err.find("looked for RDMA device 'mlx5_0' port 1"), std::string::npos) << err;
     EXPECT_NE(err.find("found 0 devices"), std::string::npos) << err;

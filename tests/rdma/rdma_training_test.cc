@@ -18,13 +18,13 @@
 namespace osprey {
 namespace {
 
-struct Run {
+struct TrainRun {
   double auc = 0;
   uint64_t rdma_writes = 0;
 };
 
-Run Train(bool rdma, int workers) {
-  Run out;
+TrainRun Train(bool rdma, int workers) {
+  TrainRun out;
   const char* src = testing::SourceDirFromEnv();
   EXPECT_NE(src, nullptr);
   if (src == nullptr) return out;
@@ -56,7 +56,7 @@ Run Train(bool rdma, int workers) {
 }
 
 TEST(RdmaTrainingTest, OneWorkerOverRdmaLoopbackMatchesInprocExactly) {
-  Run inproc = Train(false, 1), rdma = Train(true, 1);
+  TrainRun inproc = Train(false, 1), rdma = Train(true, 1);
   std::printf("1 worker: inproc AUC %.5f, rdma-on-loopback AUC %.5f (%llu RDMA writes)\n",
               inproc.auc, rdma.auc, static_cast<unsigned long long>(rdma.rdma_writes));
   EXPECT_GT(inproc.auc, 0.7);
@@ -65,7 +65,7 @@ TEST(RdmaTrainingTest, OneWorkerOverRdmaLoopbackMatchesInprocExactly) {
 }
 
 TEST(RdmaTrainingTest, TwoWorkersOverRdmaLoopbackReachTheSameAuc) {
-  Run inproc = Train(false, 2), rdma = Train(true, 2);
+  TrainRun inproc = Train(false, 2), rdma = Train(true, 2);
   std::printf("2 workers: inproc AUC %.5f, rdma-on-loopback AUC %.5f\n", inproc.auc, rdma.auc);
   EXPECT_GT(inproc.auc, 0.7);
   EXPECT_NEAR(rdma.auc, inproc.auc, 0.005);
