@@ -124,6 +124,13 @@ Status RdmaTransport::Send(Message msg) {
   if (msg.peer < 0 || static_cast<size_t>(msg.peer) >= peers_.size()) {
     return NotFound("rdma: unknown peer " + std::to_string(msg.peer));
   }
+  for (const Buffer* f : {&msg.header, &msg.keys, &msg.values}) {
+    if (f->size() > 0xffffffffu) {
+      send_failures_++;
+      return InvalidArgument("rdma: a frame of " + std::to_string(f->size()) +
+                             " B is over the transport's 4 GiB - 1 limit");
+    }
+  }
   Peer* p = peers_[msg.peer].get();
   if (p->state == State::kBroken || !cq_error_.ok()) {
     send_failures_++;

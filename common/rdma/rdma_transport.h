@@ -54,6 +54,9 @@ struct RdmaOptions {
   int busy_poll_us = 50;
   int reconnect_interval_ms = 20;
   int sndhwm = 0;  // queued messages per peer before Send says ResourceExhausted; 0 = unlimited
+  // The largest rendezvous frame a peer may announce; a larger one tears that peer down before
+  // anything is allocated (as ZMQ_MAXMSGSIZE does for the ZeroMQ transport).
+  uint64_t max_frame_bytes = (uint64_t{1} << 32) - 1;  // also the wire's limit (32-bit lengths)
 };
 Status CheckRdmaOptions(const RdmaOptions& o);
 
@@ -83,6 +86,8 @@ class RdmaTransport final : public Transport {
   Status Send(Message msg) override;
   TransportStats stats() const override;
 
+  // Send: as Transport::Send; also InvalidArgument for a frame of 4 GiB or more (the wire's
+  // lengths are 32-bit).
   // OK while `peer` is connected or connecting; else why it was torn down. NotFound if unknown.
   Status PeerStatus(PeerId peer) const;
   RdmaStats rdma_stats() const;

@@ -29,6 +29,7 @@ StatusOr<RdmaTransport::Ring> RdmaTransport::NewRing(size_t bytes) {
 
 Buffer RdmaTransport::NewReceiveBuffer(size_t n) {
   void* mem = AlignedAlloc(n);
+  if (mem == nullptr) return Buffer();
   std::weak_ptr<MrCache> cache = mr_cache_;
   std::shared_ptr<const void> owner(mem, [cache, n](const void* m) {
     if (auto c = cache.lock()) c->Invalidate(m, n);  // invalidated on free
@@ -261,7 +262,19 @@ void RdmaTransport::HandleRecv(Peer* p, const WorkCompletion& wc) {
   for (int i = 0; i < 3; ++i) {
     const size_t n = h.len[i];
     if ((h.remote_mask >> i) & 1) {
+      if (n == 0 || n > options_.max_frame_bytes) {
+        malformed_++;
+        for (const MemoryRegion& r : in.mrs) mr_cache_->Release(r);
+        return TearDown(p, DataLoss("rdma: peer " + std::to_string(p->id) + " announced a " +
+                                    std::to_string(n) + " B frame (max_frame_bytes " +
+                                    std::to_string(options_.max_frame_bytes) + ")"));
+      }
       Buffer b = NewReceiveBuffer(n);
+      if (b.data() == nullptr) {
+        for (const MemoryRegion& r : in.mrs) mr_cache_->Release(r);
+        return TearDown(p, ResourceExhausted("rdma: cannot allocate a " + std::to_string(n) +
+                                             " B receive buffer"));
+      }
       StatusOr<MemoryRegion> mr = mr_cache_->Acquire(b.data(), n);
       Status s = mr.status();
       if (s.ok()) {

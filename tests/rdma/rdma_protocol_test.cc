@@ -304,6 +304,29 @@ TEST_F(RdmaProtocolTest, CqOverrunFailsEveryPeerClearlyWithoutHanging) {
   client->Stop();
 }
 
+TEST_F(RdmaProtocolTest, AnOversizedRendezvousFrameTearsThePeerDownBeforeAllocating) {
+  RdmaOptions small;
+  small.max_frame_bytes = 100000;
+  small.reconnect_interval_ms = 3600 * 1000;
+  Collector received;
+  auto server = New(small);
+  std::string ep = *server->Listen("rdma://10.0.0.1:0");
+  server->SetHandler(received.handler());
+  ASSERT_TRUE(server->Start().ok());
+  auto client = New(small);
+  client->SetHandler([](Message&&) {});
+  PeerId peer = *client->Connect(ep);
+  ASSERT_TRUE(client->Start().ok());
+  ASSERT_TRUE(client->Send(MakeMessage(peer, "ok", "", std::string(50000, 'v'))).ok());
+  ASSERT_TRUE(received.WaitFor(1));
+  ASSERT_TRUE(client->Send(MakeMessage(peer, "big", "", std::string(200000, 'v'))).ok());
+  ASSERT_TRUE(Eventually([&] { return !server->PeerStatus(0).ok(); }));
+  EXPECT_EQ(server->PeerStatus(0).code(), StatusCode::kDataLoss);
+  EXPECT_NE(server->PeerStatus(0).message().find("max_frame_bytes"), std::string::npos);
+  EXPECT_EQ(server->stats().malformed_received, 1u);
+  EXPECT_EQ(received.size(), 1u);
+}
+
 TEST_F(RdmaProtocolTest, BadEndpointsAndOptionsAreRefusedByName) {
   auto t = New(RdmaOptions{});
   auto st = t->Listen("tcp://127.0.0.1:5").status();
