@@ -12,6 +12,7 @@
 #include "job/job_config.h"
 #include "job/node_flags.h"
 #include "common/logging.h"
+#include "common/rdma/startup_check.h"
 #include "common/transport.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/final_state.h"
@@ -29,6 +30,10 @@ int Run(const Flags& flags) {
   StatusOr<config::JobConfig> config = config::LoadJobConfig(flags.node.config, flags.node.sets);
   if (!config.ok()) {
     std::fprintf(stderr, "osprey-coordinator: %s\n", config.status().ToString().c_str());
+    return config::kExitUsage;
+  }
+  if (Status rdma = rdma::CheckTransportAtStart(*config); !rdma.ok()) {
+    std::fprintf(stderr, "osprey-coordinator: %s\n", rdma.ToString().c_str());
     return config::kExitUsage;
   }
   Status st = InitLogging(config->log_level, "coordinator");

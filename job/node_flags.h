@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rdma/startup_check.h"
 #include "job/job_config.h"
 
 namespace osprey::config {
@@ -30,7 +31,8 @@ inline void AddNodeFlags(CLI::App* app, NodeFlags* flags) {
 
 // Parses argv with `app` (AddNodeFlags already applied) and loads + validates the job config into
 // *job. Returns -1 when main should go on, otherwise the exit code main should return: 0 after
-// --help, kExitUsage for bad flags or a bad config (the error is printed as "<binary>: <error>").
+// --help, kExitUsage for bad flags or a bad config (the error is printed as "<binary>: <error>"),
+// or a transport this build or machine cannot offer (cluster.transport rdma without a device).
 inline int ParseFlagsAndLoad(CLI::App* app, int argc, char** argv, const NodeFlags& flags,
                              const char* binary, JobConfig* job) {
   try {
@@ -41,6 +43,10 @@ inline int ParseFlagsAndLoad(CLI::App* app, int argc, char** argv, const NodeFla
   auto loaded = LoadJobConfig(flags.config, flags.sets);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s: %s\n", binary, loaded.status().ToString().c_str());
+    return kExitUsage;
+  }
+  if (Status st = rdma::CheckTransportAtStart(*loaded); !st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary, st.ToString().c_str());
     return kExitUsage;
   }
   *job = std::move(loaded).value();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "osprey.pb.h"
+#include "common/rdma/startup_check.h"
 #include "common/zmq_curve.h"
 #include "tools/commands.h"
 #include "tools/paths.h"
@@ -68,10 +69,7 @@ int RunDoctor(const std::string& bin_dir) {
   std::printf("osprey doctor (protocol version %d)\n", proto::PROTOCOL_VERSION_CURRENT);
   std::printf("this build:\n");
   Row("CUDA kernels", OSPREY_BUILT_WITH_CUDA ? "yes" : "no");
-  // Neither exists in this version (transports: tcp, ipc; store: native); the rows say whether
-  // the libraries they will need were found, not that the feature is there.
-  Row("RDMA transport", std::string("not implemented yet (libibverbs and librdmacm ") +
-                            (OSPREY_BUILT_WITH_RDMA ? "found" : "not found") + ")");
+  // The Redis store does not exist in this version; its row says whether hiredis was found.
   Row("Redis store", std::string("not implemented yet (hiredis ") +
                          (OSPREY_BUILT_WITH_REDIS ? "found" : "not found") + ")");
   Row("CURVE (security)", CurveAvailable() ? "yes (libzmq with libsodium)"
@@ -87,7 +85,8 @@ int RunDoctor(const std::string& bin_dir) {
     for (const std::string& g : gpus) Row("", g);
   }
   std::vector<std::string> ib = DirEntries("/sys/class/infiniband");
-  Row("RDMA devices", ib.empty() ? "none (/sys/class/infiniband is empty or absent)" : Join(ib));
+  Row("/sys/class/infiniband", ib.empty() ? "empty or absent" : Join(ib));
+  for (const auto& [what, value] : rdma::RdmaDoctorRows()) Row(what.c_str(), value);
   const std::string redis = FindOnPath("redis-server");
   Row("redis-server", redis.empty() ? "not on PATH" : redis);
   std::printf("binaries in %s:\n", bin_dir.c_str());

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "job/job_config.h"
+#include "common/rdma/startup_check.h"
 #include "common/transport.h"
 #include "common/zmq_curve.h"
 #include "coordinator/coordinator_client.h"
@@ -105,6 +106,10 @@ int Launcher::Prepare() {
   StatusOr<config::JobConfig> config = config::LoadJobConfig(o_.config_path, o_.sets);
   if (!config.ok()) {
     std::fprintf(stderr, "osprey launch: %s\n", config.status().ToString().c_str());
+    return kExitSetup;
+  }
+  if (Status st = rdma::CheckTransportAtStart(*config); !st.ok()) {
+    std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
     return kExitSetup;
   }
   config_ = std::move(config).value();

@@ -2,7 +2,7 @@
 // process, over tcp:// and ipc:// loopback, next to a bare ZeroMQ DEALER/ROUTER echo of the same
 // sizes (bench/transport_raw) measured in the same run as the ceiling.
 //
-//   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc]
+//   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc | rdma]
 //                          [--dense-sizes BYTES...] [--dense-only]
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
@@ -15,6 +15,8 @@
 // --dense-sizes replaces the plan's dense sizes; --dense-only skips the pipelined and sparse cases
 // (to compare builds on a few dense sizes quickly).
 //
+// --transport rdma (builds with libibverbs): the RdmaTransport on the loopback verbs test double,
+// CPU cost per message next to ZeroMQ ipc and in-process -- not network speed (rdma_loopback_bench.h).
 // Process layout: the servers (one per transport) are forked first, while this process has one
 // thread. Every Osprey client is destroyed again before the raw baseline runs, because the
 // baseline forks its own echo server and must do so thread-free too.
@@ -36,6 +38,9 @@
 #include "common/zmq_curve.h"
 #include "bench/transport_raw/raw_zmq_bench.h"
 #include "common/malloc_tuning.h"
+#if OSPREY_HAVE_RDMA
+#include "bench/transport/rdma_loopback_bench.h"
+#endif
 
 namespace osprey::bench {
 namespace {
@@ -250,8 +255,8 @@ int Main(int argc, char** argv) {
                                                "the plan's")
       ->check(CLI::PositiveNumber);
   app.add_flag("--dense-only", dense_only, "only the dense cases (no pipelined or sparse ones)");
-  app.add_option("--transport", transports, "tcp and/or ipc")
-      ->check(CLI::IsMember({"tcp", "ipc"}));
+  app.add_option("--transport", transports, "tcp and/or ipc; or rdma (loopback verbs, CPU cost only)")
+      ->check(CLI::IsMember({"tcp", "ipc", "rdma"}));
   std::string security = "none";
   app.add_option("--security", security, "none, or curve: Osprey's sockets CURVE-encrypted "
                                           "(fresh keys; the raw ZeroMQ baseline stays plain)")
@@ -260,6 +265,17 @@ int Main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (std::find(transports.begin(), transports.end(), "rdma") != transports.end()) {
+#if OSPREY_HAVE_RDMA
+    Status s = RunRdmaLoopbackBench(runs > 0 ? runs : (quick ? 3 : 5), quick, json_path);
+    if (!s.ok()) std::fprintf(stderr, "osprey-bench-transport: rdma: %s\n", s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+#else
+    std::fprintf(stderr, "osprey-bench-transport: this build has no RDMA (libibverbs-dev and "
+                         "librdmacm-dev were not found)\n");
+    return 2;
+#endif
   }
   Plan plan = quick ? QuickPlan() : FullPlan();
   if (runs > 0) plan.timing.runs = runs;

@@ -14,7 +14,7 @@ int PsConfig::TableIndex(const std::string& name) const {
 void ParseCluster(YamlFields& f, ClusterConfig* c) {
   f.Get("servers", &c->num_servers, 1, 4096);
   f.Get("workers", &c->num_workers, 1, 4096);
-  f.Get("transport", &c->transport, {"tcp", "ipc"});
+  f.Get("transport", &c->transport, {"tcp", "ipc", "rdma"});
   f.Get("host", &c->host);
   f.Get("coordinator", &c->coordinator);
   f.Get("ipc_dir", &c->ipc_dir);

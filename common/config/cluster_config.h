@@ -11,6 +11,7 @@
 #include "common/config/consistency_config.h"
 #include "common/config/security_config.h"
 #include "common/config/limits_config.h"
+#include "common/config/rdma_config.h"
 #include "common/config/table_config.h"
 
 namespace osprey::config {
@@ -20,7 +21,7 @@ class YamlFields;
 struct ClusterConfig {
   int num_servers = 2;
   int num_workers = 2;
-  std::string transport = "tcp";  // tcp | ipc: what servers listen on
+  std::string transport = "tcp";  // tcp | ipc | rdma: what servers listen on
   std::string host = "127.0.0.1";  // address servers bind and advertise
   // Where the coordinator listens. Port 0: `osprey launch` picks a free one.
   std::string coordinator = "tcp://127.0.0.1:0";
@@ -41,6 +42,7 @@ struct PsConfig {
   CheckpointConfig checkpoint;
   SecurityConfig security;
   LimitsConfig limits;  // what one peer may ask of a server (limits_config.h)
+  RdmaConfig rdma;      // cluster.transport rdma (rdma_config.h)
   std::string log_level = "info";
 
   // Index of the table called `name` or -1.

@@ -1,5 +1,6 @@
 // The Transport contract, checked for every implementation: ZeroMQ over tcp (port 0) and ipc (a
-// temp dir), and the in-process transport. Implementation-specific behaviour (malformed frames
+// temp dir), and the in-process transport. Built a second time with OSPREY_TRANSPORT_TEST_RDMA
+// (tests/rdma: rdma_conformance_test) for RdmaTransport over the loopback verbs test double. Implementation-specific behaviour (malformed frames
 // from a raw ZeroMQ peer, zero-copy ownership, the hub, fault injection) is tested in
 // zmq_transport_test.cc and inproc_transport_test.cc.
 #include <stdlib.h>
@@ -16,6 +17,10 @@
 
 #include "common/inproc_transport.h"
 #include "tests/common/transport_test_util.h"
+#ifdef OSPREY_TRANSPORT_TEST_RDMA
+#include "common/rdma/loopback_verbs_for_testing.h"
+#include "common/rdma/rdma_transport.h"
+#endif
 
 namespace osprey {
 namespace {
@@ -43,6 +48,11 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::unique_ptr<Transport> Make() {
+#ifdef OSPREY_TRANSPORT_TEST_RDMA
+    if (GetParam() == "rdma") {
+      return std::make_unique<rdma::RdmaTransport>(rdma::RdmaOptions{}, fabric_->NewVerbs());
+    }
+#endif
     TransportOptions o;
     o.kind = GetParam() == "inproc" ? "inproc" : "zmq";
     o.hub = hub_;
@@ -53,6 +63,7 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   // A listen endpoint for this implementation; `name` keeps ipc paths and inproc names apart.
   std::string Endpoint(const std::string& name) {
     if (GetParam() == "tcp") return "tcp://127.0.0.1:0";
+    if (GetParam() == "rdma") return "rdma://127.0.0.1:0";
     if (GetParam() == "ipc") {
       ipc_files_.push_back(dir_ + "/" + name);
       return "ipc://" + dir_ + "/" + name;
@@ -73,6 +84,10 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::shared_ptr<InprocHub> hub_;
+#ifdef OSPREY_TRANSPORT_TEST_RDMA
+  std::shared_ptr<rdma::LoopbackFabricForTesting> fabric_ =
+      std::make_shared<rdma::LoopbackFabricForTesting>();
+#endif
   std::string dir_;
   std::vector<std::string> ipc_files_;
 };
@@ -352,6 +367,10 @@ TEST_P(TransportTest, StopFromInsideHandlerDoesNotDeadlock) {
   server->Stop();
 }
 
+#ifdef OSPREY_TRANSPORT_TEST_RDMA
+INSTANTIATE_TEST_SUITE_P(Kinds, TransportTest, ::testing::Values("rdma"),
+                         [](const auto& info) { return info.param; });
+#else
 INSTANTIATE_TEST_SUITE_P(Kinds, TransportTest, ::testing::Values("tcp", "ipc", "inproc"),
                          [](const auto& info) { return info.param; });
 
@@ -364,6 +383,7 @@ TEST(MakeTransportTest, RejectsUnknownKindAndInprocWithoutHub) {
   o.kind = "zmq";
   EXPECT_TRUE(MakeTransport(o).ok());
 }
+#endif  // OSPREY_TRANSPORT_TEST_RDMA
 
 }  // namespace
 }  // namespace osprey

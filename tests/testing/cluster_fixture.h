@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,15 +55,23 @@ inline proto::ShardMap MakeShardMap(const std::vector<std::string>& endpoints,
 // N in-process servers sharing one hub.
 class InprocCluster {
  public:
-  InprocCluster(int num_servers, std::vector<config::TableConfig> tables = TestTables())
-      : hub_(std::make_shared<InprocHub>()), tables_(std::move(tables)) {
+  // Another transport for the same cluster (tests/rdma: RdmaTransport over loopback verbs): what
+  // makes every server's and client's transport, and the endpoint server i listens on.
+  using TransportFactory = std::function<std::unique_ptr<Transport>()>;
+  using EndpointOf = std::function<std::string(int server)>;
+
+  InprocCluster(int num_servers, std::vector<config::TableConfig> tables = TestTables(),
+                TransportFactory factory = nullptr, EndpointOf endpoint_of = nullptr)
+      : hub_(std::make_shared<InprocHub>()), tables_(std::move(tables)), factory_(std::move(factory)) {
     std::vector<std::string> endpoints;
-    for (int i = 0; i < num_servers; ++i) endpoints.push_back("inproc://server-" + std::to_string(i));
+    for (int i = 0; i < num_servers; ++i) {
+      endpoints.push_back(endpoint_of ? endpoint_of(i) : "inproc://server-" + std::to_string(i));
+    }
     map_ = MakeShardMap(endpoints, tables_);
     for (int i = 0; i < num_servers; ++i) {
       auto store = server::MakeStore("native");
       servers_.push_back(std::make_unique<server::Server>(
-          std::make_unique<InprocTransport>(hub_), std::move(*store)));
+          NewTransport(), std::move(*store)));
       auto bound = servers_.back()->Listen(endpoints[i]);
       if (!bound.ok()) throw std::runtime_error(bound.status().ToString());
     }
@@ -73,7 +82,9 @@ class InprocCluster {
     }
     return Status::OK();
   }
-  std::unique_ptr<Transport> NewTransport() { return std::make_unique<InprocTransport>(hub_); }
+  std::unique_ptr<Transport> NewTransport() {
+    return factory_ ? factory_() : std::make_unique<InprocTransport>(hub_);
+  }
   server::Server& server(int i) { return *servers_[i]; }
   const proto::ShardMap& map() const { return map_; }
   const std::vector<config::TableConfig>& tables() const { return tables_; }
@@ -82,6 +93,7 @@ class InprocCluster {
  private:
   std::shared_ptr<InprocHub> hub_;
   std::vector<config::TableConfig> tables_;
+  TransportFactory factory_;
   proto::ShardMap map_;
   std::vector<std::unique_ptr<server::Server>> servers_;
 };

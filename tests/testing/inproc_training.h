@@ -21,8 +21,13 @@ namespace osprey::testing {
 class InprocTraining {
  public:
   // `job` must outlive this object (trainers borrow it).
-  InprocTraining(const config::JobConfig& job, int servers, int workers)
-      : job_(job), cluster_(servers, job.tables), workers_(workers) {}
+  // `factory` / `endpoint_of`: another transport (see InprocCluster); default in-process.
+  InprocTraining(const config::JobConfig& job, int servers, int workers,
+                 InprocCluster::TransportFactory factory = nullptr,
+                 InprocCluster::EndpointOf endpoint_of = nullptr)
+      : job_(job),
+        cluster_(servers, job.tables, std::move(factory), std::move(endpoint_of)),
+        workers_(workers) {}
   ~InprocTraining() {
     trainers_.clear();
     for (auto& c : clients_) c->Stop();
