@@ -1,12 +1,10 @@
 #include "common/zmq_transport.h"
 
 #include "common/zmq_curve.h"
+#include "common/zmq_endpoint.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -20,56 +18,6 @@ namespace {
 // Receive passes take at most this many messages from one socket before moving to the next, so
 // one busy peer cannot starve the others.
 constexpr int kRecvBatch = 64;
-
-bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
-
-Status CheckEndpoint(const std::string& endpoint) {
-  if ((StartsWith(endpoint, "tcp://") || StartsWith(endpoint, "ipc://")) && endpoint.size() > 6) {
-    return Status::OK();
-  }
-  if (StartsWith(endpoint, "inproc://")) {
-    return InvalidArgument("zmq transport: '" + endpoint +
-                           "' is an in-process endpoint; use transport kind \"inproc\"");
-  }
-  return InvalidArgument("zmq transport: unsupported endpoint '" + endpoint +
-                         "' (want tcp://host:port or ipc://path)");
-}
-
-// ZeroMQ's ipc bind silently unlinks an existing socket file, which would steal the path from a
-// live listener; refuse when something accepts connections there.
-Status CheckIpcPathFree(const std::string& endpoint) {
-  std::string path = endpoint.substr(6);
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return InvalidArgument("zmq transport: ipc path too long in '" + endpoint + "'");
-  }
-  if (::access(path.c_str(), F_OK) != 0) return Status::OK();
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::OK();
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  if (live) return Unavailable("zmq transport: address in use: " + endpoint);
-  return Status::OK();
-}
-
-Status BindError(const std::string& endpoint, int err) {
-  std::string why = zmq_strerror(err);
-  switch (err) {
-    case EADDRINUSE:
-      return Unavailable("zmq transport: address in use: " + endpoint);
-    case EINVAL:
-    case EPROTONOSUPPORT:
-    case ENOCOMPATPROTO:
-    case EADDRNOTAVAIL:
-    case ENODEV:
-    case ENAMETOOLONG:
-      return InvalidArgument("zmq transport: cannot bind '" + endpoint + "': " + why);
-    default:
-      return Unavailable("zmq transport: cannot bind '" + endpoint + "': " + why);
-  }
-}
 
 void ReleaseOwner(void* /*data*/, void* hint) {
   delete static_cast<std::shared_ptr<const void>*>(hint);
@@ -176,7 +124,7 @@ void ZmqTransport::Wake() {
 }
 
 StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
-  OSPREY_RETURN_IF_ERROR(CheckEndpoint(endpoint));
+  OSPREY_RETURN_IF_ERROR(CheckZmqEndpoint(endpoint));
   MutexLock lock(&mu_);
   if (started_ || stopped_) {
     return FailedPrecondition("zmq transport: Listen(" + endpoint + ") after Start or Stop");
@@ -198,7 +146,7 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
     socket_peers_.insert(socket_peers_.begin(), -1);
     sockets_changed_ = true;
   }
-  if (zmq_bind(router_, endpoint.c_str()) != 0) return BindError(endpoint, zmq_errno());
+  if (zmq_bind(router_, endpoint.c_str()) != 0) return ZmqBindError(endpoint, zmq_errno());
   struct stat st;
   if (StartsWith(endpoint, "ipc://") && ::stat(endpoint.c_str() + 6, &st) == 0) {
     ipc_files_.emplace_back(endpoint.substr(6), static_cast<uint64_t>(st.st_ino));
@@ -210,7 +158,7 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
 }
 
 StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
-  OSPREY_RETURN_IF_ERROR(CheckEndpoint(endpoint));
+  OSPREY_RETURN_IF_ERROR(CheckZmqEndpoint(endpoint));
   PeerId id;
   bool running;
   {

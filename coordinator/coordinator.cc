@@ -74,7 +74,10 @@ Status Coordinator::WaitFor(std::chrono::milliseconds timeout) {
 
 proto::ClusterState Coordinator::State() const {
   MutexLock lock(&mu_);
-  return state_.Snapshot();
+  proto::ClusterState state = state_.Snapshot();
+  state.set_coordinator_refused(refused());
+  state.set_coordinator_bad_requests(bad_requests());
+  return state;
 }
 
 void Coordinator::UpdateOverLocked() {

@@ -273,6 +273,8 @@ Status Server::ExecuteStats(Buffer* values) {
   st.set_pulls_held(s.pulls_held);
   st.set_refused(s.refused);
   st.set_auth_refused(s.auth_refused);
+  st.set_limit_refusals(s.limit_refusals);
+  st.set_bad_headers(s.bad_headers);
   for (uint64_t b : s.staleness) st.add_staleness_histogram(b);
   uint64_t rows = 0;
   for (size_t i = 0; i < tables_.size(); ++i) rows += store_->num_rows(static_cast<uint32_t>(i));

@@ -38,6 +38,8 @@ void AddServerReports(const proto::ClusterState& state, JobReport* r) {
     r->pulls_held += st.pulls_held();
     r->refused += st.refused();
     r->auth_refused += st.auth_refused();
+    r->limit_refusals += st.limit_refusals();
+    r->bad_headers += st.bad_headers();
     r->decoded_pushes += sr.decoded_pushes();
     r->decode_bytes_encoded += sr.decode_bytes_encoded();
     r->decode_bytes_decoded += sr.decode_bytes_decoded();
@@ -95,6 +97,12 @@ std::string ServersText(const JobReport& r) {
     std::snprintf(buf, sizeof(buf), ", %llu requests refused, %llu connections refused",
                   static_cast<unsigned long long>(r.refused),
                   static_cast<unsigned long long>(r.auth_refused));
+    out += buf;
+  }
+  if (r.limit_refusals + r.bad_headers > 0) {
+    std::snprintf(buf, sizeof(buf), ", %llu over a limit, %llu malformed",
+                  static_cast<unsigned long long>(r.limit_refusals),
+                  static_cast<unsigned long long>(r.bad_headers));
     out += buf;
   }
   if (r.rows_dropped + r.rows_skipped > 0) {
@@ -168,6 +176,8 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
   if (r.cache_lookups > 0) r.cache_hit_rate = static_cast<double>(r.cache_hits) / r.cache_lookups;
   if (samples > 0) r.bytes_per_sample = static_cast<double>(r.bytes_pushed + r.bytes_pulled) / samples;
   AddServerReports(state, &r);
+  r.coordinator_refused = state.coordinator_refused();
+  r.coordinator_bad_requests = state.coordinator_bad_requests();
   return r;
 }
 
@@ -233,6 +243,14 @@ std::string FormatReport(const JobReport& r) {
     out += buf + TrajectoryText(r.density_trajectory) + "\n";
   }
   if (r.num_server_reports > 0) out += ServersText(r);
+  if (r.coordinator_refused + r.coordinator_bad_requests > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "  coordinator       %llu requests refused for their sender's role, %llu bad "
+                  "messages\n",
+                  static_cast<unsigned long long>(r.coordinator_refused),
+                  static_cast<unsigned long long>(r.coordinator_bad_requests));
+    out += buf;
+  }
   return out;
 }
 
@@ -259,6 +277,10 @@ std::string ServersJson(const JobReport& r) {
          ", \"server_decode_seconds\": " + JsonNumber(r.decode_seconds) +
          ", \"server_refused\": " + std::to_string(r.refused) +
          ", \"server_auth_refused\": " + std::to_string(r.auth_refused) +
+         ", \"server_limit_refusals\": " + std::to_string(r.limit_refusals) +
+         ", \"server_bad_headers\": " + std::to_string(r.bad_headers) +
+         ", \"coordinator_refused\": " + std::to_string(r.coordinator_refused) +
+         ", \"coordinator_bad_requests\": " + std::to_string(r.coordinator_bad_requests) +
          ", \"staleness_histogram\": [" + hist + "]" +
          ", \"density_trajectory\": [" + trajectory + "]";
 }

@@ -67,6 +67,11 @@ struct JobReport {
   uint64_t pulls_held = 0;        // bsp / ssp pulls that waited for their clock
   uint64_t refused = 0;           // requests refused for their sender's role / checkpoint dir
   uint64_t auth_refused = 0;      // CURVE connections refused (unknown key, no CURVE)
+  uint64_t limit_refusals = 0;    // requests refused by a limit (limits: frame, keys, held)
+  uint64_t bad_headers = 0;       // requests whose header did not parse
+  // The coordinator's (ClusterState): refused for the sender's role, and malformed messages.
+  uint64_t coordinator_refused = 0;
+  uint64_t coordinator_bad_requests = 0;
   uint64_t decoded_pushes = 0;    // compressed pushes decoded
   uint64_t decode_bytes_encoded = 0;
   uint64_t decode_bytes_decoded = 0;
@@ -91,7 +96,8 @@ std::string FormatReport(const JobReport& report);
 // server_reports (how many servers reported), server_windows_applied, server_pushes_applied,
 // server_pushes_dropped, server_rows_dropped, server_rows_skipped, server_pulls_held,
 // server_decoded_pushes, server_decode_bytes_encoded, server_decode_bytes_decoded,
-// server_decode_seconds, server_refused, server_auth_refused, staleness_histogram (an array of counts, buckets as in JobReport), then
+// server_decode_seconds, server_refused, server_auth_refused, server_limit_refusals, server_bad_headers,
+// coordinator_refused, coordinator_bad_requests, staleness_histogram (an array of counts, buckets as in JobReport), then
 // density_trajectory (worker 0's: an array of {"step": N, "density": D}, [] when nothing was
 // compressed), and last device (a string); numbers that are missing or not finite are written as
 // null, since JSON has no NaN.

@@ -179,11 +179,44 @@ TEST(ReportTest, SummarizesServerReportsAndDensityTrajectory) {
                       "\"server_pulls_held\": 6, \"server_decoded_pushes\": 100, "
                       "\"server_decode_bytes_encoded\": 8000, \"server_decode_bytes_decoded\": 400000, "
                       "\"server_decode_seconds\": 0.0125, \"server_refused\": 0, "
-                      "\"server_auth_refused\": 0, \"staleness_histogram\": [270, 18, 9, 3, 0], "
+                      "\"server_auth_refused\": 0, \"server_limit_refusals\": 0, "
+                      "\"server_bad_headers\": 0, \"coordinator_refused\": 0, "
+                      "\"coordinator_bad_requests\": 0, \"staleness_histogram\": [270, 18, 9, 3, 0], "
                       "\"density_trajectory\": [{\"step\": 0, \"density\": 0.25}, "
                       "{\"step\": 50, \"density\": 0.05}, {\"step\": 99, \"density\": 0.01}], "
                       "\"device\": \"\"}\n"),
             std::string::npos) << json;
+}
+
+TEST(ReportTest, RefusalsOfServersAndCoordinatorAreReported) {
+  proto::ClusterState s;
+  s.add_reports()->set_rank(0);
+  for (int rank : {0, 1}) {
+    proto::ServerStats* st = s.add_server_reports()->mutable_stats();
+    st->set_refused(1 + rank);
+    st->set_auth_refused(rank);
+    st->set_limit_refusals(3);
+    st->set_bad_headers(2 * rank);
+  }
+  s.set_coordinator_refused(4);
+  s.set_coordinator_bad_requests(6);
+  JobReport r = SummarizeReports(s, 1.0);
+  EXPECT_EQ(r.refused, 3u);
+  EXPECT_EQ(r.limit_refusals, 6u);
+  EXPECT_EQ(r.bad_headers, 2u);
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find(", 3 requests refused, 1 connections refused, 6 over a limit, 2 malformed"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("  coordinator       4 requests refused for their sender's role, 6 bad "
+                      "messages\n"),
+            std::string::npos) << text;
+  const std::string json = ReportJson(r);
+  EXPECT_NE(json.find("\"server_limit_refusals\": 6, \"server_bad_headers\": 2, "
+                      "\"coordinator_refused\": 4, \"coordinator_bad_requests\": 6"),
+            std::string::npos) << json;
+  // A job nobody disturbed has no coordinator line.
+  EXPECT_EQ(FormatReport(SummarizeReports(proto::ClusterState(), 1.0)).find("coordinator"),
+            std::string::npos);
 }
 
 TEST(ReportTest, NoServerReportsNoServerLines) {
