@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -18,6 +19,8 @@ namespace {
 // Receive passes take at most this many messages from one socket before moving to the next, so
 // one busy peer cannot starve the others.
 constexpr int kRecvBatch = 64;
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 void ReleaseOwner(void* /*data*/, void* hint) {
   delete static_cast<std::shared_ptr<const void>*>(hint);
