@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,33 @@ TEST_F(AdmissionCheckpointTest, SketchAndLastUpdatesSurviveARoundTrip) {
   for (int i = 0; i < 3; ++i) Push(&p, 9);  // v12: 4 after row 2's (v8)
   EXPECT_EQ(c.server(0).stats().rows_evicted_ttl, 2u);
   c.server(0).Stop();
+}
+
+TEST_F(AdmissionCheckpointTest, CorruptStateBlockIsRefusedWithNothingRestored) {
+  {
+    osprey::testing::InprocCluster c(1, tables_);
+    ASSERT_TRUE(c.ActivateAll().ok());
+    osprey::testing::RawPeer p(c.NewTransport(), "inproc://server-0");
+    Push(&p, 9);
+    ASSERT_TRUE(c.server(0).Checkpoint(dir_).ok());
+    c.server(0).Stop();
+  }
+  const std::string file = CheckpointPath(dir_, 0, 1);
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t at = bytes.find("SIDE");
+  ASSERT_NE(at, std::string::npos) << "no state block written";
+  bytes[at + 40] ^= 0x10;  // inside the payload (the sketch's counters)
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  osprey::testing::InprocCluster c(1, tables_);
+  c.server(0).SetRestoreDir(dir_);
+  Status s = c.ActivateAll();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("state block checksum mismatch"), std::string::npos) << s.ToString();
 }
 
 TEST_F(AdmissionCheckpointTest, FormatOneCheckpointsStillLoad) {
