@@ -260,7 +260,12 @@ std::string ServersJson(const JobReport& r) {
     trajectory += std::string(trajectory.empty() ? "" : ", ") + "{\"step\": " + std::to_string(step) +
                   ", \"density\": " + JsonNumber(density) + "}";
   }
-  return ", \"server_reports\": " + std::to_string(r.num_server_reports) +
+  // Admission / eviction first: the keys after server_reports keep their order.
+  return ", \"server_rows_admitted\": " + std::to_string(r.rows_admitted) +
+         ", \"server_gradients_not_admitted\": " + std::to_string(r.gradients_not_admitted) +
+         ", \"server_rows_evicted_ttl\": " + std::to_string(r.rows_evicted_ttl) +
+         ", \"server_rows_evicted_cap\": " + std::to_string(r.rows_evicted_cap) +
+         ", \"server_reports\": " + std::to_string(r.num_server_reports) +
          ", \"server_windows_applied\": " + std::to_string(r.windows_applied) +
          ", \"server_pushes_applied\": " + std::to_string(r.pushes_applied) +
          ", \"server_pushes_dropped\": " + std::to_string(r.pushes_dropped) +
@@ -273,10 +278,6 @@ std::string ServersJson(const JobReport& r) {
          ", \"server_decode_seconds\": " + JsonNumber(r.decode_seconds) +
          ", \"server_refused\": " + std::to_string(r.refused) +
          ", \"server_auth_refused\": " + std::to_string(r.auth_refused) +
-         ", \"server_rows_admitted\": " + std::to_string(r.rows_admitted) +
-         ", \"server_gradients_not_admitted\": " + std::to_string(r.gradients_not_admitted) +
-         ", \"server_rows_evicted_ttl\": " + std::to_string(r.rows_evicted_ttl) +
-         ", \"server_rows_evicted_cap\": " + std::to_string(r.rows_evicted_cap) +
          ", \"staleness_histogram\": [" + hist + "]" +
          ", \"density_trajectory\": [" + trajectory + "]";
 }
