@@ -172,6 +172,28 @@ TEST(AdmissionShardTest, MaxRowsEvictsTheLeastRecentlyUpdated) {
   EXPECT_EQ(h.counters().lifecycle.evicted_ttl.load(), 0u);
 }
 
+TEST(AdmissionShardTest, WindowsOfSeveralPushesEvictByKeyAfterTheirApply) {
+  // merge_max_pushes 2: windows merge by key (MergeBuffer), never by row id, since EraseRows
+  // frees ids for reuse; admission and eviction together.
+  config::TableConfig cfg = Table();
+  cfg.consistency.merge_max_pushes = 2;
+  cfg.admission.min_count = 2;
+  cfg.eviction.max_rows = 2;
+  ShardHarness h(cfg);
+  for (uint64_t k : {1, 2, 3}) {  // windows 1 and 2: every key seen once, nothing admitted
+    ASSERT_TRUE(h.Push({k}, 1.0f).ok());
+  }
+  ASSERT_TRUE(h.Push({}, 0.0f).ok());  // closes window 2 (key 3 and this empty push)
+  EXPECT_EQ(h.store().num_rows(0), 0u);
+  ASSERT_TRUE(h.Push({1, 2}, 1.0f).ok());
+  EXPECT_FALSE(h.HasRow(1)) << "merged, not applied yet: a by-key window creates rows at apply";
+  ASSERT_TRUE(h.Push({3}, 1.0f).ok());  // window 3 applies 1, 2, 3: one over the cap
+  EXPECT_EQ(h.store().num_rows(0), 2u);
+  EXPECT_EQ(h.counters().lifecycle.admitted.load(), 3u);
+  EXPECT_EQ(h.counters().lifecycle.evicted_cap.load(), 1u);
+  EXPECT_EQ(h.counters().lifecycle.gradients_dropped.load(), 3u);
+}
+
 TEST(AdmissionShardTest, StoreWithoutEraseRowsRefusesEviction) {
   class NoEraseStore : public NativeStore {
    public:
