@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/placement.h"
 #include "server/checkpoint.h"
 #include "server/native_store.h"
 #include "server/row_init.h"
@@ -275,6 +276,32 @@ TEST_F(AdmissionCheckpointTest, SketchAndLastUpdatesSurviveARoundTrip) {
   EXPECT_EQ(st.rows_evicted_ttl, 1u) << "row 1's last update was not restored";
   for (int i = 0; i < 3; ++i) Push(&p, 9);  // v12: 4 after row 2's (v8)
   EXPECT_EQ(c.server(0).stats().rows_evicted_ttl, 2u);
+  c.server(0).Stop();
+}
+
+TEST_F(AdmissionCheckpointTest, RestoreOntoAnotherServerCountSumsTheSketches) {
+  const uint64_t keys[2] = {11, 12};
+  {
+    osprey::testing::InprocCluster c(2, tables_);
+    ASSERT_TRUE(c.ActivateAll().ok());
+    std::vector<std::unique_ptr<osprey::testing::RawPeer>> peers;
+    for (int i = 0; i < 2; ++i) {
+      peers.push_back(std::make_unique<osprey::testing::RawPeer>(
+          c.NewTransport(), "inproc://server-" + std::to_string(i)));
+    }
+    for (uint64_t k : keys) {  // each seen twice on its own server
+      for (int i = 0; i < 2; ++i) Push(peers[ServerForKey(0, k, 2)].get(), k);
+    }
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.server(i).Checkpoint(dir_).ok());
+    for (int i = 0; i < 2; ++i) c.server(i).Stop();
+  }
+  osprey::testing::InprocCluster c(1, tables_);
+  c.server(0).SetRestoreDir(dir_);
+  ASSERT_TRUE(c.ActivateAll().ok());
+  osprey::testing::RawPeer p(c.NewTransport(), "inproc://server-0");
+  for (uint64_t k : keys) Push(&p, k);  // the third sighting of each, wherever it was counted
+  EXPECT_EQ(c.server(0).stats().rows_admitted, 2u);
+  EXPECT_EQ(c.server(0).stats().gradients_not_admitted, 0u);
   c.server(0).Stop();
 }
 
