@@ -75,17 +75,20 @@ Status RowLifecycle::FilterPush(const uint64_t** keys, size_t* n, const float** 
     for (size_t j = 0; j < b.n; ++j) has_row_[b.begin + j] = b.rows[j] != nullptr;
     return Status::OK();
   }));
-  kept_keys_.clear();
-  kept_g_.clear();
+  // has_row_[i] becomes "keep": rows that exist, and keys this sighting admits.
   uint64_t admitted = 0, dropped = 0;
   for (size_t i = 0; i < m; ++i) {
-    bool keep = has_row_[i] != 0;
-    if (!keep) {
-      keep = sketch_->Add(k[i]) >= min_count_;
-      admitted += keep ? 1 : 0;
-      dropped += keep ? 0 : 1;
-    }
-    if (keep) {
+    if (has_row_[i] != 0) continue;
+    const bool admit = sketch_->Add(k[i]) >= min_count_;
+    has_row_[i] = admit ? 1 : 0;
+    admitted += admit ? 1 : 0;
+    dropped += admit ? 0 : 1;
+  }
+  if (dropped > 0) {
+    kept_keys_.clear();
+    kept_g_.clear();
+    for (size_t i = 0; i < m; ++i) {
+      if (has_row_[i] == 0) continue;
       kept_keys_.push_back(k[i]);
       kept_g_.insert(kept_g_.end(), *g + i * dim_, *g + (i + 1) * dim_);
     }
