@@ -20,6 +20,7 @@ namespace {
 constexpr char kMagic[8] = {'O', 'S', 'P', 'R', 'C', 'K', 'P', 'T'};
 constexpr uint32_t kBlockMagic = 0x4B4F4C42;  // "BLOK"
 constexpr uint32_t kEndMagic = 0x43444E45;    // "ENDC"
+constexpr uint32_t kStateMagic = 0x45444953;  // "SIDE"
 constexpr size_t kRecordsPerBlock = 4096;
 
 template <typename T>
@@ -73,9 +74,10 @@ Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
   return Status::OK();
 }
 
-void AppendBlock(std::string* out, uint32_t table, uint32_t records, const std::string& payload) {
+void AppendBlock(std::string* out, uint32_t table, uint32_t records, const std::string& payload,
+                 uint32_t magic = kBlockMagic) {
   size_t start = out->size();
-  Put(out, kBlockMagic);
+  Put(out, magic);
   Put(out, table);
   Put(out, records);
   Put(out, uint32_t{0});
@@ -101,6 +103,7 @@ struct ParsedFile {
     size_t payload;  // offset in bytes
   };
   std::vector<Block> blocks;
+  std::vector<std::pair<uint32_t, std::string>> states;  // (table, payload) of SIDE blocks
 };
 
 Status ParseFile(const std::string& path, ParsedFile* f) {
@@ -114,9 +117,10 @@ Status ParseFile(const std::string& path, ParsedFile* f) {
   if (std::memcmp(magic, kMagic, 8) != 0) return r.Corrupt("not an Osprey checkpoint (bad magic)");
   uint32_t version = 0, header_bytes = 0, crc = 0;
   OSPREY_RETURN_IF_ERROR(r.Get(&version, "format version"));
-  if (version != kCheckpointFormatVersion) {
+  if (version < kCheckpointOldestFormatVersion || version > kCheckpointFormatVersion) {
     return FailedPrecondition("checkpoint " + path + " has format version " +
-                              std::to_string(version) + "; this build reads version " +
+                              std::to_string(version) + "; this build reads versions " +
+                              std::to_string(kCheckpointOldestFormatVersion) + " to " +
                               std::to_string(kCheckpointFormatVersion) + "; refusing to restore");
   }
   OSPREY_RETURN_IF_ERROR(r.Get(&header_bytes, "header size"));
@@ -142,6 +146,21 @@ Status ParseFile(const std::string& path, ParsedFile* f) {
       if (records != total) return r.Corrupt("end block counts " + std::to_string(records) + " records, blocks hold " + std::to_string(total));
       if (!r.done()) return r.Corrupt("bytes after the end block");
       return Status::OK();
+    }
+    if (magic32 == kStateMagic && version >= 2) {
+      uint32_t table = 0, zero = 0;
+      uint64_t payload_bytes = 0;
+      OSPREY_RETURN_IF_ERROR(r.Get(&table, "state block header"));
+      OSPREY_RETURN_IF_ERROR(r.Get(&zero, "state block header"));
+      OSPREY_RETURN_IF_ERROR(r.Get(&zero, "state block header"));
+      OSPREY_RETURN_IF_ERROR(r.Get(&payload_bytes, "state block header"));
+      const size_t payload = r.pos();
+      OSPREY_RETURN_IF_ERROR(r.Skip(payload_bytes, "state block payload"));
+      OSPREY_RETURN_IF_ERROR(r.Get(&crc, "state block checksum"));
+      if (Crc32c(0, r.at(start), r.pos() - 4 - start) != crc) return r.Corrupt("state block checksum mismatch");
+      if (table >= static_cast<uint32_t>(f->header.tables_size())) return r.Corrupt("state block of unknown table");
+      f->states.emplace_back(table, std::string(r.at(payload), payload_bytes));
+      continue;
     }
     if (magic32 != kBlockMagic) return r.Corrupt("bad block marker");
     ParsedFile::Block b;
@@ -239,6 +258,10 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMe
           return Status::OK();
         }));
     flush();
+  }
+  for (size_t t = 0; t < meta.table_states.size(); ++t) {
+    if (meta.table_states[t].empty()) continue;
+    AppendBlock(&out, static_cast<uint32_t>(t), 0, meta.table_states[t], kStateMagic);
   }
   size_t end = out.size();
   Put(&out, kEndMagic);
@@ -367,6 +390,12 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
     }
   }
   std::vector<uint64_t> versions(current.tables.size(), 0);
+  if (info != nullptr) {
+    info->table_states.assign(current.tables.size(), std::vector<std::string>(n));
+    for (int r = 0; r < n; ++r) {
+      for (auto& [t, state] : files[r].states) info->table_states[t][r] = std::move(state);
+    }
+  }
   for (const ParsedFile& f : files) {
     for (int t = 0; t < f.header.versions_size() && t < static_cast<int>(versions.size()); ++t) {
       versions[t] = std::max(versions[t], f.header.versions(t));

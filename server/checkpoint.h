@@ -6,7 +6,13 @@
 //   blocks:     u32 'BLOK'  u32 table  u32 records  u32 0  u64 payload_bytes  payload
 //               u32 crc32c(the 24 bytes before the payload + payload)
 //               payload: per record u64 key, u32 floats, u32 0, floats x fp32
+//   state:      (format 2, optional, after the blocks, at most one per table)
+//               u32 'SIDE'  u32 table  u32 0  u32 0  u64 payload_bytes  payload
+//               u32 crc32c(the 24 bytes before the payload + payload)
+//               payload: the table's admission / eviction state (RowLifecycle::SaveState:
+//               its count-min sketch and each row's last update), opaque here
 //   end:        u32 'ENDC'  u32 0  u64 total records  u32 crc32c(the 16 bytes before)
+// Format 1 (no state blocks) is still read.
 // A file is written to a temporary name, fsynced, renamed over the final name, and the directory
 // fsynced, so a crash leaves either the old file or the new one.
 //
@@ -41,7 +47,8 @@
 
 namespace osprey::server {
 
-constexpr uint32_t kCheckpointFormatVersion = 1;
+constexpr uint32_t kCheckpointFormatVersion = 2;
+constexpr uint32_t kCheckpointOldestFormatVersion = 1;  // still restored
 
 struct CheckpointMeta {
   uint64_t epoch = 0;
@@ -51,6 +58,8 @@ struct CheckpointMeta {
   std::vector<uint64_t> versions;        // per table
   std::vector<std::string> optimizers;   // per table
   int64_t clock = 0;                     // bsp cut clock (see above); 0: per-server snapshot
+  // Per table (or empty): the admission / eviction state to save; "" for none.
+  std::vector<std::string> table_states;
 };
 
 // What RestoreCheckpoint found, for the restoring server's log.
@@ -58,6 +67,8 @@ struct RestoreInfo {
   int files = 0;             // N of the server-R-of-N files
   int64_t min_clock = 0;     // over the files; equal when the files are one bsp cut
   int64_t max_clock = 0;
+  // [table][file rank]: the admission / eviction state of each file ("" where it has none).
+  std::vector<std::vector<std::string>> table_states;
 };
 
 // "DIR/server-R-of-N.ckpt".

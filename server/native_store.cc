@@ -174,10 +174,19 @@ Status NativeStore::VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
                                   const RowBlockFn& fn) {
   SparseTable* t = sparse(table);
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
-  if (n > 0 && *std::max_element(ids, ids + n) >= t->num_rows()) {
+  if (n > 0 && *std::max_element(ids, ids + n) >= t->id_bound()) {
     return Internal("row id out of range in table " + std::to_string(table));
   }
   return t->VisitIds(ids, n, fn);
+}
+
+Status NativeStore::EraseRows(uint32_t table, const uint64_t* keys, size_t n, size_t* erased) {
+  SparseTable* t = sparse(table);
+  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i) count += t->Erase(keys[i]) ? 1 : 0;
+  if (erased != nullptr) *erased = count;
+  return Status::OK();
 }
 
 Status NativeStore::PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) {

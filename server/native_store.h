@@ -36,6 +36,10 @@ class NativeStore : public Store {
                             uint32_t* ids) override;
   Status VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
                        const RowBlockFn& fn) override;
+  // Erased rows' ids and storage are reused by the rows created next (a free list), so an id
+  // held across EraseRows may name another key's row: TableShard merges a table with eviction
+  // by key, never by id (table_shard.cc), and every other caller holds ids only within a call.
+  Status EraseRows(uint32_t table, const uint64_t* keys, size_t n, size_t* erased) override;
   Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
   // True when the chunks are owned, distinct and consecutive in chunk-id order (a client's whole
   // route to this server is): dense weights are stored that way, copy-on-write.

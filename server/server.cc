@@ -93,6 +93,8 @@ StatusOr<std::string> Server::CheckpointLocked(const std::string& dir, int64_t c
     meta.tables.push_back(tables_[i]->spec());
     meta.versions.push_back(tables_[i]->version());
     meta.optimizers.push_back(OptimizerTypeName(table_configs_[i].optimizer.type));
+    const admission::RowLifecycle* l = tables_[i]->lifecycle();
+    meta.table_states.push_back(l != nullptr ? l->SaveState(NowUs()) : std::string());
   }
   meta.clock = clock;
   return WriteCheckpoint(dir, meta, *store_);
@@ -142,6 +144,10 @@ ServerStatsSnapshot Server::stats() const {
   s.rows_skipped = counters_.rows_skipped.load();
   s.windows_applied = counters_.windows_applied.load();
   s.pulls_held = counters_.pulls_held.load();
+  s.rows_admitted = counters_.lifecycle.admitted.load();
+  s.gradients_not_admitted = counters_.lifecycle.gradients_dropped.load();
+  s.rows_evicted_ttl = counters_.lifecycle.evicted_ttl.load();
+  s.rows_evicted_cap = counters_.lifecycle.evicted_cap.load();
   s.bad_headers = bad_headers_.load();
   s.limit_refusals = limit_refusals_.load();
   s.held_bytes = budget_->held_bytes();
@@ -275,6 +281,10 @@ Status Server::ExecuteStats(Buffer* values) {
   st.set_auth_refused(s.auth_refused);
   st.set_limit_refusals(s.limit_refusals);
   st.set_bad_headers(s.bad_headers);
+  st.set_rows_admitted(s.rows_admitted);
+  st.set_gradients_not_admitted(s.gradients_not_admitted);
+  st.set_rows_evicted_ttl(s.rows_evicted_ttl);
+  st.set_rows_evicted_cap(s.rows_evicted_cap);
   for (uint64_t b : s.staleness) st.add_staleness_histogram(b);
   uint64_t rows = 0;
   for (size_t i = 0; i < tables_.size(); ++i) rows += store_->num_rows(static_cast<uint32_t>(i));

@@ -61,6 +61,11 @@ struct ServerStatsSnapshot {
   uint64_t rows_skipped = 0;     // non_finite skip_row
   uint64_t windows_applied = 0;  // optimizer steps
   uint64_t pulls_held = 0;
+  // Feature admission / eviction (server/admission/row_lifecycle.h).
+  uint64_t rows_admitted = 0;
+  uint64_t gradients_not_admitted = 0;
+  uint64_t rows_evicted_ttl = 0;
+  uint64_t rows_evicted_cap = 0;
   uint64_t refused = 0;        // op_auth.h: a role that may not, a foreign checkpoint directory
   uint64_t auth_refused = 0;   // the transport's refused connections (CURVE)
   // Of bad_requests: headers that did not parse, and requests refused by a limit

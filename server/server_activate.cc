@@ -107,6 +107,14 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
                           RestoreCheckpoint(restore_dir_, now, store_.get(), &info));
   std::string list;
   for (size_t i = 0; i < tables_.size(); ++i) {
+    admission::RowLifecycle* l = tables_[i]->lifecycle();
+    if (l != nullptr && i < info.table_states.size()) {  // admission sketch, rows' last updates
+      const auto& states = info.table_states[i];
+      const std::string* own = info.files == num_servers_ ? &states[rank()] : nullptr;
+      OSPREY_RETURN_IF_ERROR(l->RestoreState(states, own, NowUs(),
+                                             "checkpoint " + restore_dir_ + " table '" +
+                                                 tables_[i]->spec().name() + "'"));
+    }
     tables_[i]->set_version(versions[i]);
     list += (i ? ", " : "") + tables_[i]->spec().name() + "=" + std::to_string(versions[i]);
   }

@@ -60,6 +60,10 @@ osprey::proto::ServerReport MakeServerReport(int rank, const osprey::server::Ser
   p->set_dc_uncompensated(st.dc_uncompensated);
   p->set_refused(st.refused);
   p->set_auth_refused(st.auth_refused);
+  p->set_rows_admitted(st.rows_admitted);
+  p->set_gradients_not_admitted(st.gradients_not_admitted);
+  p->set_rows_evicted_ttl(st.rows_evicted_ttl);
+  p->set_rows_evicted_cap(st.rows_evicted_cap);
   for (uint64_t b : st.staleness) p->add_staleness_histogram(b);
   r.set_decoded_pushes(ds.frames.load());
   r.set_decode_bytes_encoded(ds.bytes_encoded.load());

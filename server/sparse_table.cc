@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/placement.h"
+#include "server/row_init.h"
 
 namespace osprey::server {
 namespace {
@@ -13,9 +14,6 @@ namespace {
 // (whose slot was fetched kSlotDistance-kRowDistance iterations earlier).
 constexpr size_t kSlotDistance = 16;
 constexpr size_t kRowDistance = 8;
-
-// Uniform in [0, 1) from the top 24 bits of a 64-bit hash.
-inline float UnitFloat(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }
 
 }  // namespace
 
@@ -45,35 +43,55 @@ SparseTable::SparseTable(uint32_t table_id, int dim, const config::InitConfig& i
 uint64_t SparseTable::Hash(uint64_t key) { return Mix64(key); }
 
 void SparseTable::InitialWeights(uint64_t key, float* w) const {
-  uint64_t base = Mix64(init_.seed ^ Mix64(key ^ (uint64_t{table_id_} << 56)));
-  if (init_.type == config::InitType::kZeros) {
-    std::memset(w, 0, sizeof(float) * dim_);
-  } else if (init_.type == config::InitType::kNormal) {
-    for (int i = 0; i < dim_; ++i) {
-      // Box-Muller from two independent hashes of (row, i).
-      float u1 = UnitFloat(Mix64(base + 2 * i)) + 1e-7f;
-      float u2 = UnitFloat(Mix64(base + 2 * i + 1));
-      w[i] = init_.scale * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
-    }
-  } else {
-    for (int i = 0; i < dim_; ++i) w[i] = init_.scale * (2.0f * UnitFloat(Mix64(base + i)) - 1.0f);
-  }
+  InitialRowWeights(init_, table_id_, key, dim_, w);
 }
 
 uint32_t SparseTable::NewRow(uint64_t key) {
-  uint32_t row = static_cast<uint32_t>(num_rows_);
-  if (row % kRowsPerBlock == 0 && row / kRowsPerBlock == blocks_.size()) {
-    const size_t row_bytes = kRowsPerBlock * row_floats_ * sizeof(float);
-    const size_t hist_bytes = kRowsPerBlock * kRowHistory * sizeof(uint64_t);
-    blocks_.emplace_back(static_cast<float*>(HugeAlloc(row_bytes)), HugeDeleter{row_bytes});
-    history_.emplace_back(static_cast<uint64_t*>(HugeAlloc(hist_bytes)), HugeDeleter{hist_bytes});
-    std::memset(history_.back().get(), 0, hist_bytes);
+  uint32_t row;
+  if (!free_rows_.empty()) {  // a deleted row's storage (EraseRows), history cleared
+    row = free_rows_.back();
+    free_rows_.pop_back();
+    std::memset(HistoryPtr(row), 0, kRowHistory * sizeof(uint64_t));
+  } else {
+    row = static_cast<uint32_t>(next_row_++);
+    if (row % kRowsPerBlock == 0 && row / kRowsPerBlock == blocks_.size()) {
+      const size_t row_bytes = kRowsPerBlock * row_floats_ * sizeof(float);
+      const size_t hist_bytes = kRowsPerBlock * kRowHistory * sizeof(uint64_t);
+      blocks_.emplace_back(static_cast<float*>(HugeAlloc(row_bytes)), HugeDeleter{row_bytes});
+      history_.emplace_back(static_cast<uint64_t*>(HugeAlloc(hist_bytes)), HugeDeleter{hist_bytes});
+      std::memset(history_.back().get(), 0, hist_bytes);
+    }
   }
   float* p = RowPtr(row);
   InitialWeights(key, p);
   state_.init(p + dim_, dim_);
   ++num_rows_;
   return row;
+}
+
+bool SparseTable::Erase(uint64_t key) {
+  size_t i = SlotOf(key);
+  while (true) {
+    if (slots_[i].row == kEmpty) return false;
+    if (slots_[i].key == key) break;
+    i = (i + 1) & mask_;
+  }
+  free_rows_.push_back(slots_[i].row);
+  --num_rows_;
+  // Backward-shift deletion (linear probing keeps no tombstones): move later entries of the
+  // probe run into the hole unless their home slot lies cyclically in (hole, j].
+  size_t j = i;
+  while (true) {
+    j = (j + 1) & mask_;
+    if (slots_[j].row == kEmpty) break;
+    const size_t home = SlotOf(slots_[j].key);
+    const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays) continue;
+    slots_[i] = slots_[j];
+    i = j;
+  }
+  slots_[i] = Slot{0, kEmpty};
+  return true;
 }
 
 void SparseTable::Grow() {

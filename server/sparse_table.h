@@ -30,7 +30,10 @@ class SparseTable {
               std::unique_ptr<Optimizer> optimizer);
 
   int dim() const { return dim_; }
+  // Live rows.
   uint64_t num_rows() const { return num_rows_; }
+  // Row ids handed out so far: every id of a live row is below it.
+  uint64_t id_bound() const { return next_row_; }
 
   // Copies the weights of each key's row into out[i*dim] (creating rows as needed).
   void Pull(const uint64_t* keys, size_t n, float* out);
@@ -47,6 +50,10 @@ class SparseTable {
   float* FindOrCreate(uint64_t key);
   // The row of `key` or nullptr.
   float* Find(uint64_t key) const;
+
+  // Deletes the row of `key` (false: there was none). Its storage and id go to a free list that
+  // the next created row reuses (NativeStore::EraseRows says when that is safe).
+  bool Erase(uint64_t key);
 
   // Writes the initial weights of `key` into w[0..dim).
   void InitialWeights(uint64_t key, float* w) const;
@@ -102,7 +109,9 @@ class SparseTable {
   // Rows, history and index are randomly accessed over large ranges: huge pages (huge_pages.h).
   std::vector<Slot, HugePageAllocator<Slot>> slots_;
   size_t mask_ = 0;
-  uint64_t num_rows_ = 0;
+  uint64_t num_rows_ = 0;   // live rows
+  uint64_t next_row_ = 0;   // ids handed out (live + free)
+  std::vector<uint32_t> free_rows_;  // ids of erased rows, reused first
   std::vector<std::unique_ptr<float[], HugeDeleter>> blocks_;
   std::vector<std::unique_ptr<uint64_t[], HugeDeleter>> history_;  // per block: kRowHistory per row
 };

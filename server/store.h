@@ -107,8 +107,18 @@ class Store {
   virtual Status VisitRows(uint32_t table, const uint64_t* keys, size_t n, RowAccess access,
                            const RowBlockFn& fn) = 0;
 
+  // Deletes the rows of keys[0..n) of sparse `table` (feature eviction, server/admission/); keys
+  // without a row are skipped. *erased (when not null): how many rows were deleted. A later touch
+  // of the key creates its row afresh from the initializer. Optional: Unimplemented by default
+  // (a table with eviction is then refused at start).
+  virtual Status EraseRows(uint32_t table, const uint64_t* keys, size_t n, size_t* erased) {
+    return Unimplemented("this store cannot delete rows (eviction)");
+  }
+
   // Sparse row ids (optional, has_row_ids): a row's id is a small integer fixed when the row is
-  // created (ids are dense from 0, and a row never moves or dies while the store lives). Merge
+  // created (ids are dense from 0, and a row never moves while the store lives; it dies only
+  // by EraseRows, after which its id may be handed to a new row: a caller must not hold ids
+  // across EraseRows of the table). Merge
   // windows resolve each pushed key to its id once and apply by id (RowMergeBuffer), saving the
   // second hash lookup and applying in storage order. A store without ids (its windows merge by
   // key: MergeBuffer) returns Unimplemented from both calls.

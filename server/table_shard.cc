@@ -22,8 +22,12 @@ StatusOr<std::unique_ptr<TableShard>> TableShard::Create(
   s.state = updater->state_layout();
   s.owned_chunks = std::move(owned_chunks);
   OSPREY_RETURN_IF_ERROR(store->CreateTable(s));
-  return std::make_unique<TableShard>(id, spec, config, num_chunks, store, std::move(updater),
-                                      counters, replier);
+  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<admission::RowLifecycle> lifecycle,
+                          admission::RowLifecycle::Make(id, config, store, &counters->lifecycle));
+  auto shard = std::make_unique<TableShard>(id, spec, config, num_chunks, store,
+                                            std::move(updater), counters, replier);
+  shard->set_lifecycle(std::move(lifecycle));
+  return shard;
 }
 
 TableShard::TableShard(uint32_t id, const proto::TableSpec& spec, const config::TableConfig& config,
@@ -38,7 +42,9 @@ TableShard::TableShard(uint32_t id, const proto::TableSpec& spec, const config::
       updater_(std::move(updater)),
       counters_(counters),
       replier_(replier),
-      row_ids_(spec.type() == proto::TABLE_SPARSE && store->has_row_ids(id)),
+      // Eviction deletes rows, whose ids the store reuses: such a table merges by key.
+      row_ids_(spec.type() == proto::TABLE_SPARSE && store->has_row_ids(id) &&
+               !config.eviction.enabled()),
       ack_on_apply_(store->acks_after_apply()) {
   if (rules_.dc_lambda > 0) {
     dc_ = std::make_unique<DelayCompensation>(rules_.dc_lambda, sparse(),
@@ -107,6 +113,7 @@ Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n,
 Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t n,
                             const float* g, const Buffer* values, int64_t now_us, Ack* ack) {
   if (!failed_.ok()) return failed_;
+  now_us_ = std::max(now_us_, now_us);
   if (ack != nullptr && ack_on_apply_ && budget_ != nullptr) {
     // Refused before anything of it is merged: the ack would be held (reserved below).
     OSPREY_RETURN_IF_ERROR(budget_->Check(ack->reply.peer, AckBytes(ack->reply))
@@ -115,6 +122,8 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   bool any_bad = false;
   OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
   if (policy_->tracks_progress()) Progress(h.worker_rank(), h.clock() + 1);
+  // Admission: rows of keys not admitted yet are left out (the push still joins its window).
+  if (lifecycle_) OSPREY_RETURN_IF_ERROR(lifecycle_->FilterPush(&keys, &n, &g));
   const uint64_t s = Staleness(h);
   // Sparse pushes based on an old version get per-row staleness; with s = 0 every row has 0.
   const bool per_row = sparse() && s > 0;
@@ -124,8 +133,9 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   // DC-ASGD: compensate against the weights now, before anything else uses g.
   if (dc_) OSPREY_RETURN_IF_ERROR(Compensate(h, keys, n, &g));
   if (per_row) {
+    const size_t before = n;
     RowPolicies(&keys, &n, &g);
-    if (n == 0) {
+    if (n == 0 && before > 0) {
       counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
       return Status::OK();
     }
@@ -171,6 +181,7 @@ Status TableShard::ApplyOnArrival(const uint64_t* keys, size_t n, const float* g
     row_options = row_opts_.data();
   }
   Status st = StoreApply(keys, n, g, Options(1, LrWeight(s), static_cast<double>(s)), row_options);
+  if (st.ok() && lifecycle_) st = lifecycle_->Applied(keys, n, version_ + 1, now_us_);
   if (st.ok()) st = store_->Sync(id_);
   if (!st.ok()) return Fail(st, 0, 1);
   ++version_;
@@ -263,6 +274,7 @@ Status TableShard::ApplyMerged(Window* w) {
     MergeBuffer& b = w->buffer;
     s = StoreApply(b.keys(), b.num_keys(), b.Gradients(), shared,
                    row_policies ? RowOptions(b.stats(), b.num_keys(), mean) : nullptr);
+    if (s.ok() && lifecycle_) s = lifecycle_->Applied(b.keys(), b.num_keys(), version_ + 1, now_us_);
   }
   return s.ok() ? store_->Sync(id_) : s;
 }
@@ -317,6 +329,7 @@ Status TableShard::Fail(const Status& cause, int64_t clock, int pushes) {
 
 Status TableShard::Advance(int64_t now_us) {
   if (!failed_.ok()) return failed_;
+  now_us_ = std::max(now_us_, now_us);
   const int64_t slowest = clocks_.Slowest();
   while (!windows_.empty()) {
     auto oldest = windows_.begin();

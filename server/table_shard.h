@@ -109,6 +109,7 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "proto/wire.h"
+#include "server/admission/row_lifecycle.h"
 #include "server/consistency_policy.h"
 #include "server/delay_compensation.h"
 #include "server/hold_budget.h"
@@ -136,6 +137,7 @@ struct ServerCounters {
   std::atomic<uint64_t> windows_applied{0};
   std::atomic<uint64_t> pulls_held{0};
   std::array<std::atomic<uint64_t>, kStalenessBuckets> staleness{};
+  admission::LifecycleCounters lifecycle;  // feature admission and eviction (sparse tables)
 };
 
 class TableShard {
@@ -186,6 +188,12 @@ class TableShard {
 
   // ranks: the live workers. Takes effect at the next Advance.
   void SetLiveWorkers(const std::vector<int>& ranks) { clocks_.SetLive(ranks); }
+
+  // Feature admission / eviction of a sparse table (server/admission/row_lifecycle.h); null when
+  // its config asks for neither. Set by Create. A table with eviction merges by key, never by
+  // row id (deleted rows' ids are reused: native_store.h).
+  admission::RowLifecycle* lifecycle() const { return lifecycle_.get(); }
+  void set_lifecycle(std::unique_ptr<admission::RowLifecycle> l) { lifecycle_ = std::move(l); }
 
   // DC-ASGD counters; null when dc_lambda is 0.
   const DelayCompensation* delay_compensation() const { return dc_.get(); }
@@ -311,6 +319,8 @@ class TableShard {
   int64_t cut_clock_ = std::numeric_limits<int64_t>::max();
   Status failed_;                          // OK until a window's apply fails
   std::unique_ptr<DelayCompensation> dc_;  // dc_lambda > 0
+  std::unique_ptr<admission::RowLifecycle> lifecycle_;  // admission / eviction
+  int64_t now_us_ = 0;  // the latest time Push / Pull / Advance was given (eviction's clock)
   // Scratch of Push / ApplyWindow, kept to avoid allocating per push.
   std::vector<float> dc_g_, dc_w_;
   std::vector<uint64_t> row_s_, kept_keys_;

@@ -9,6 +9,7 @@ Status TableShard::Pull(const proto::Header& h, Message msg, int64_t now_us) {
     replier_->ReplyError(msg.peer, h, failed_);
     return failed_;
   }
+  now_us_ = std::max(now_us_, now_us);
   bool ready = !policy_->tracks_progress() || h.clock() <= 0;
   if (!ready) {
     Progress(h.worker_rank(), h.clock());
@@ -86,8 +87,10 @@ Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::
       values->size() != floats * sizeof(float)) {
     *values = Buffer::Allocate(floats * sizeof(float));
     float* out = reinterpret_cast<float*>(values->mutable_data());
-    OSPREY_RETURN_IF_ERROR(sparse() ? store_->PullRows(id_, keys, n, out)
-                                    : store_->PullChunks(id_, keys, n, out));
+    // Admission / eviction: missing rows are served from the initializer, not created.
+    OSPREY_RETURN_IF_ERROR(!sparse()    ? store_->PullChunks(id_, keys, n, out)
+                           : lifecycle_ ? lifecycle_->Pull(keys, n, out)
+                                        : store_->PullRows(id_, keys, n, out));
   }
   RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
   if (sparse() && h.codec() != proto::CODEC_NONE) {  // validated by the Server: fp16 / bf16 rows

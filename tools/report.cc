@@ -44,6 +44,10 @@ void AddServerReports(const proto::ClusterState& state, JobReport* r) {
     r->decode_bytes_encoded += sr.decode_bytes_encoded();
     r->decode_bytes_decoded += sr.decode_bytes_decoded();
     r->decode_seconds += sr.decode_seconds();
+    r->rows_admitted += st.rows_admitted();
+    r->gradients_not_admitted += st.gradients_not_admitted();
+    r->rows_evicted_ttl += st.rows_evicted_ttl();
+    r->rows_evicted_cap += st.rows_evicted_cap();
     const int buckets = st.staleness_histogram_size();
     if (static_cast<int>(r->staleness.size()) < buckets) r->staleness.resize(buckets, 0);
     for (int i = 0; i < buckets; ++i) r->staleness[i] += st.staleness_histogram(i);
@@ -119,6 +123,16 @@ std::string ServersText(const JobReport& r) {
     out += buf;
   }
   out += "\n";
+  if (r.rows_admitted + r.gradients_not_admitted + r.rows_evicted_ttl + r.rows_evicted_cap > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "  admission         %llu rows admitted, %llu gradients dropped (not admitted); "
+                  "eviction: %llu by ttl, %llu by max_rows\n",
+                  static_cast<unsigned long long>(r.rows_admitted),
+                  static_cast<unsigned long long>(r.gradients_not_admitted),
+                  static_cast<unsigned long long>(r.rows_evicted_ttl),
+                  static_cast<unsigned long long>(r.rows_evicted_cap));
+    out += buf;
+  }
   const std::string hist = StalenessLine(r.staleness);
   if (!hist.empty()) out += "  staleness         " + hist + "\n";
   return out;
@@ -264,7 +278,12 @@ std::string ServersJson(const JobReport& r) {
     trajectory += std::string(trajectory.empty() ? "" : ", ") + "{\"step\": " + std::to_string(step) +
                   ", \"density\": " + JsonNumber(density) + "}";
   }
-  return ", \"server_reports\": " + std::to_string(r.num_server_reports) +
+  // Admission / eviction first: the keys after server_reports keep their order.
+  return ", \"server_rows_admitted\": " + std::to_string(r.rows_admitted) +
+         ", \"server_gradients_not_admitted\": " + std::to_string(r.gradients_not_admitted) +
+         ", \"server_rows_evicted_ttl\": " + std::to_string(r.rows_evicted_ttl) +
+         ", \"server_rows_evicted_cap\": " + std::to_string(r.rows_evicted_cap) +
+         ", \"server_reports\": " + std::to_string(r.num_server_reports) +
          ", \"server_windows_applied\": " + std::to_string(r.windows_applied) +
          ", \"server_pushes_applied\": " + std::to_string(r.pushes_applied) +
          ", \"server_pushes_dropped\": " + std::to_string(r.pushes_dropped) +

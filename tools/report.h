@@ -76,6 +76,11 @@ struct JobReport {
   uint64_t decode_bytes_encoded = 0;
   uint64_t decode_bytes_decoded = 0;
   double decode_seconds = 0;
+  // Feature admission / eviction of sparse tables (proto ServerStats).
+  uint64_t rows_admitted = 0;
+  uint64_t gradients_not_admitted = 0;
+  uint64_t rows_evicted_ttl = 0;
+  uint64_t rows_evicted_cap = 0;
   // Merged staleness histogram: [0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds
   // larger (one entry per sparse row and per dense push). Empty without server reports.
   std::vector<uint64_t> staleness;

@@ -37,6 +37,22 @@ void ParseTable(YamlFields& f, TableConfig* t) {
   f.Section("consistency", [&](YamlFields& s) { ParseConsistency(s, &t->consistency); });
   f.Section("codec", [&](YamlFields& s) { ParseCodec(s, &t->codec); });
   f.Get("pull_codec", &t->pull_codec, {"none", "fp16", "bf16"});
+  f.Section("admission", [&](YamlFields& s) {
+    s.Get("min_count", &t->admission.min_count, 0, 1 << 30);
+    s.Get("sketch_width", &t->admission.sketch_width, 16, 1 << 28);
+    s.Get("sketch_depth", &t->admission.sketch_depth, 1, 16);
+  });
+  f.Section("eviction", [&](YamlFields& s) {
+    s.Get("ttl_steps", &t->eviction.ttl_steps, 0, uint64_t{1} << 62);
+    s.Get("ttl_seconds", &t->eviction.ttl_seconds, 0, 1e9);
+    s.Get("max_rows", &t->eviction.max_rows, 0, uint64_t{1} << 32);
+  });
+  if (f.ok() && t->type == TableType::kDense && f.Has("admission")) {
+    f.Fail("admission", "table '" + t->name + "' is dense; admission applies to sparse tables only");
+  }
+  if (f.ok() && t->type == TableType::kDense && f.Has("eviction")) {
+    f.Fail("eviction", "table '" + t->name + "' is dense; eviction applies to sparse tables only");
+  }
   if (f.ok() && t->name.empty()) f.Fail("name", "every table needs a non-empty name");
 }
 

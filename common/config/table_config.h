@@ -31,6 +31,26 @@ struct InitConfig {
   uint64_t seed = 7;
 };
 
+// Feature admission of a sparse table (server/admission/): a key gets a row only once its pushes
+// were seen min_count times, counted in a count-min sketch of sketch_depth rows of sketch_width
+// counters (conservative update). min_count 0 or 1: every key is admitted (the default).
+struct AdmissionConfig {
+  int min_count = 0;
+  int sketch_width = 1 << 20;
+  int sketch_depth = 4;
+  bool enabled() const { return min_count > 1; }
+};
+
+// Eviction of a sparse table's rows (server/admission/eviction.h): rows not updated for ttl_steps
+// table versions or ttl_seconds are deleted, and past max_rows the least-recently-updated are.
+// 0 turns each rule off (the default: no eviction).
+struct EvictionConfig {
+  uint64_t ttl_steps = 0;
+  double ttl_seconds = 0;
+  uint64_t max_rows = 0;
+  bool enabled() const { return ttl_steps > 0 || ttl_seconds > 0 || max_rows > 0; }
+};
+
 struct TableConfig {
   std::string name;
   TableType type = TableType::kSparse;
@@ -42,6 +62,8 @@ struct TableConfig {
   ConsistencyConfig consistency;  // merge-then-apply mode and staleness policies
   codec::CodecConfig codec;       // compression of this table's pushes (default: none)
   std::string pull_codec = "none";  // sparse: wire type of pulled rows: none (fp32) | fp16 | bf16
+  AdmissionConfig admission;        // sparse only
+  EvictionConfig eviction;          // sparse only
 };
 
 // Reads one `tables[]` mapping into *t (a table without a name is refused).

@@ -34,6 +34,9 @@ class FaultInjectingStore : public Store {
     if (a != RowAccess::kUpdate) return inner_->VisitRows(t, k, n, a, fn);
     return inner_->VisitRows(t, k, n, a, [&](const RowBlock& b) { return Write(fn(b)); });
   }
+  Status EraseRows(uint32_t t, const uint64_t* k, size_t n, size_t* erased) override {
+    return inner_->EraseRows(t, k, n, erased);
+  }
   bool has_row_ids(uint32_t t) const override { return inner_->has_row_ids(t); }
   Status FindOrCreateRowIds(uint32_t t, const uint64_t* k, size_t n, uint32_t* ids) override {
     return inner_->FindOrCreateRowIds(t, k, n, ids);
