@@ -23,13 +23,14 @@ end)
 redis.register_function('osprey_put', function(keys, args)
   local err = fenced(keys[1], args[1], args[2])
   if err then return redis.error_reply(err) end
-  local created = 0
-  for i = 3, #keys do
-    if redis.call('EXISTS', keys[i]) == 0 then created = created + 1 end
-    redis.call('SET', keys[i], args[i])
-  end
-  if created > 0 then redis.call('INCRBY', keys[2], created) end
-  return created
+  return redis.call('HSET', keys[2], unpack(args, 3))
+end)
+
+redis.register_function('osprey_set', function(keys, args)
+  local err = fenced(keys[1], args[1], args[2])
+  if err then return redis.error_reply(err) end
+  redis.call('SET', keys[2], args[3])
+  return 0
 end)
 )LUA");
   return *lib;

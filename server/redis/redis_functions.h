@@ -4,13 +4,11 @@
 //
 //   FCALL osprey_claim 1 <fence> <rank> <incarnation>
 //       takes a bucket over: refused ("FENCED ...") when a newer incarnation owns it.
-//   FCALL osprey_put N+2 <fence> <count> <key1..keyN> <rank> <incarnation> <blob1..blobN>
-//       writes N rows of one bucket (one slot) atomically after the fencing check; returns how
-//       many were new (added to <count>). Refused ("FENCED ...") for a replaced incarnation.
-//   FCALL osprey_adagrad / osprey_sgd N+2 <fence> <count> <key1..keyN> <rank> <incarnation>
-//         <dim> <row_floats> <lr> <eps> <init_acc> <grad blobs + initial rows ...>
-//       merge: redis -- applies a merged gradient to each row on the Redis side (row_updates.lua
-//       below; float32 via string.pack / struct).
+//   FCALL osprey_put 2 <fence> <rows hash> <rank> <incarnation> <field1> <blob1> ...
+//       writes rows of one bucket (one slot) atomically (HSET) after the fencing check; returns
+//       how many were new. Refused ("FENCED ...") for a replaced incarnation.
+//   FCALL osprey_set 2 <fence> <key> <rank> <incarnation> <blob>
+//       the same for one string key (a dense chunk).
 #pragma once
 
 #include <string>

@@ -185,12 +185,12 @@ Status RedisStore::CreateTable(const StoreTableSpec& spec) {
     std::vector<Command> counts;
     for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
       fences.push_back(layout_->BucketTag(spec.id, b) + ":fence");
-      counts.push_back(Command{{"GET", layout_->BucketTag(spec.id, b) + ":n"}});
+      counts.push_back(Command{{"HLEN", layout_->Rows(spec.id, b)}});
     }
     OSPREY_RETURN_IF_ERROR(Claim(fences));
     OSPREY_RETURN_IF_ERROR(client_->Execute(counts, &r));
     for (const Reply& x : r) {
-      if (x.type == Reply::Type::kString) t->redis_rows += std::strtoull(x.str.c_str(), nullptr, 10);
+      if (x.type == Reply::Type::kInteger) t->redis_rows += static_cast<uint64_t>(x.integer);
     }
   } else {
     t->is_sparse = false;
@@ -240,25 +240,47 @@ Status RedisStore::Fetch(Table* t, const uint64_t* keys, size_t n, bool create) 
     if (t->cache->Find(keys[i]) == nullptr && seen.insert(keys[i]).second) miss.push_back(keys[i]);
   }
   if (miss.empty()) return Status::OK();
+  // One HMGET per bucket of the misses.
+  std::vector<std::vector<uint64_t>> by_bucket(redis_store::kBuckets);
+  for (uint64_t k : miss) by_bucket[redis_store::BucketOf(k)].push_back(k);
   std::vector<Command> gets;
-  gets.reserve(miss.size());
-  for (uint64_t k : miss) gets.push_back(Command{{"GET", layout_->Row(t->id, k)}});
+  std::vector<uint32_t> buckets;
+  for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
+    if (by_bucket[b].empty()) continue;
+    Command c;
+    c.args.reserve(2 + by_bucket[b].size());
+    c.args.push_back("HMGET");
+    c.args.push_back(layout_->Rows(t->id, b));
+    for (uint64_t k : by_bucket[b]) c.args.push_back(redis_store::Layout::Field(k));
+    gets.push_back(std::move(c));
+    buckets.push_back(b);
+  }
   std::vector<Reply> r;
   OSPREY_RETURN_IF_ERROR(client_->Execute(gets, &r));
-  for (size_t i = 0; i < miss.size(); ++i) {
-    if (r[i].is_nil()) {
-      if (!create) continue;
-      RowCache::Row* row = t->cache->Insert(miss[i]);
-      t->initializer->InitialWeights(miss[i], row->record.get());
-      t->state.init(row->record.get() + t->dim, t->dim);
-      continue;
+  for (size_t j = 0; j < gets.size(); ++j) {
+    const std::vector<uint64_t>& keys_b = by_bucket[buckets[j]];
+    if (r[j].is_error()) return ReplyError(r[j], "HMGET " + gets[j].args[1]);
+    if (r[j].elements.size() != keys_b.size()) {
+      return Internal("redis store: HMGET " + gets[j].args[1] + " answered " +
+                      std::to_string(r[j].elements.size()) + " of " +
+                      std::to_string(keys_b.size()) + " fields");
     }
-    if (r[i].is_error()) return ReplyError(r[i], "GET " + layout_->Row(t->id, miss[i]));
-    RowCache::Row* row = t->cache->Insert(miss[i]);
-    if (!redis_store::DecodeRow(r[i].str, t->row_floats, row->record.get(), row->history)) {
-      return DataLoss("redis store: row key " + layout_->Row(t->id, miss[i]) + " has " +
-                      std::to_string(r[i].str.size()) + " bytes, this layout needs " +
-                      std::to_string(redis_store::RowBlobBytes(t->row_floats)));
+    for (size_t i = 0; i < keys_b.size(); ++i) {
+      const Reply& x = r[j].elements[i];
+      if (x.is_nil()) {
+        if (!create) continue;
+        RowCache::Row* row = t->cache->Insert(keys_b[i]);
+        t->initializer->InitialWeights(keys_b[i], row->record.get());
+        t->state.init(row->record.get() + t->dim, t->dim);
+        continue;
+      }
+      RowCache::Row* row = t->cache->Insert(keys_b[i]);
+      if (!redis_store::DecodeRow(x.str, t->row_floats, row->record.get(), row->history)) {
+        return DataLoss("redis store: row " + std::to_string(keys_b[i]) + " of " +
+                        gets[j].args[1] + " has " + std::to_string(x.str.size()) +
+                        " bytes, this layout needs " +
+                        std::to_string(redis_store::RowBlobBytes(t->row_floats)));
+      }
     }
   }
   return Status::OK();
@@ -325,13 +347,11 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
         Command c;
         c.key_index = 3;
         size_t k = by_bucket[b].size();
-        c.args.reserve(6 + 2 * k);
-        c.args = {"FCALL", "osprey_put", std::to_string(k + 2), tag + ":fence", tag + ":n"};
-        for (const auto& kg : by_bucket[b]) c.args.push_back(layout_->Row(table, kg.first));
-        c.args.push_back(rank);
-        c.args.push_back(inc);
+        c.args.reserve(7 + 2 * k);
+        c.args = {"FCALL", "osprey_put", "2", tag + ":fence", layout_->Rows(table, b), rank, inc};
         for (const auto& kg : by_bucket[b]) {
-          RowCache::Row* row = t->cache->Find(kg.first);
+          RowCache::Row* row = t->cache->Peek(kg.first);
+          c.args.push_back(redis_store::Layout::Field(kg.first));
           c.args.push_back(redis_store::EncodeRow(row->record.get(), t->row_floats, row->history));
         }
         cmds.push_back(std::move(c));
@@ -346,8 +366,8 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
         });
         if (!s.ok()) return s;
         const std::string tag = layout_->ChunkTag(table, chunk);
-        cmds.push_back(Command{{"FCALL", "osprey_put", "3", tag + ":fence", tag + ":n", tag, rank,
-                                inc, std::move(blob)}, 3});
+        cmds.push_back(Command{{"FCALL", "osprey_set", "2", tag + ":fence", tag, rank, inc,
+                                std::move(blob)}, 3});
         what.push_back({{chunk, 0}});
       }
       t->dirty_chunks.clear();

@@ -17,36 +17,26 @@ Status RedisStore::ExportRecords(uint32_t table, const RecordVisitor& visit) con
   if (t == nullptr) return Internal("no table " + std::to_string(table));
   if (!t->is_sparse) return dense_.ExportRecords(table, visit);
   // The cache has the newest copy of every row it holds (this server is the only writer); the
-  // others are read from Redis.
-  std::vector<Reply> masters;
-  OSPREY_RETURN_IF_ERROR(client_->ExecuteOnAllMasters(
-      Command{{"KEYS", layout_->RowPattern(table)}, -1}, &masters));
-  std::vector<uint64_t> keys;
-  for (const Reply& m : masters) {
-    if (m.is_error()) return Internal("redis store: KEYS " + layout_->RowPattern(table) + ": " + m.str);
-    for (const Reply& k : m.elements) {
-      uint64_t key;
-      if (redis_store::Layout::RowKeyOf(k.str, &key) && t->cache->Find(key) == nullptr) {
-        keys.push_back(key);
-      }
-    }
+  // others are read from Redis, one HGETALL per bucket.
+  std::vector<Command> all;
+  for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
+    all.push_back(Command{{"HGETALL", layout_->Rows(table, b)}});
   }
+  std::vector<Reply> r;
+  OSPREY_RETURN_IF_ERROR(client_->Execute(all, &r));
   std::vector<float> rec(t->row_floats);
   uint64_t hist[kRowHistory];
-  constexpr size_t kBatch = 4096;
-  for (size_t begin = 0; begin < keys.size(); begin += kBatch) {
-    size_t m = std::min(kBatch, keys.size() - begin);
-    std::vector<Command> gets;
-    for (size_t i = 0; i < m; ++i) gets.push_back(Command{{"GET", layout_->Row(table, keys[begin + i])}});
-    std::vector<Reply> r;
-    OSPREY_RETURN_IF_ERROR(client_->Execute(gets, &r));
-    for (size_t i = 0; i < m; ++i) {
-      if (r[i].is_nil()) continue;
-      if (!redis_store::DecodeRow(r[i].str, t->row_floats, rec.data(), hist)) {
-        return DataLoss("redis store: row key " + layout_->Row(table, keys[begin + i]) +
-                        " has a blob of " + std::to_string(r[i].str.size()) + " bytes");
+  for (size_t b = 0; b < r.size(); ++b) {
+    if (r[b].is_error()) return Internal("redis store: HGETALL " + all[b].args[1] + ": " + r[b].str);
+    for (size_t i = 0; i + 1 < r[b].elements.size(); i += 2) {
+      uint64_t key = std::strtoull(r[b].elements[i].str.c_str(), nullptr, 10);
+      if (t->cache->Peek(key) != nullptr) continue;
+      if (!redis_store::DecodeRow(r[b].elements[i + 1].str, t->row_floats, rec.data(), hist)) {
+        return DataLoss("redis store: row " + r[b].elements[i].str + " of " + all[b].args[1] +
+                        " has a blob of " + std::to_string(r[b].elements[i + 1].str.size()) +
+                        " bytes");
       }
-      OSPREY_RETURN_IF_ERROR(visit(keys[begin + i], rec.data(), t->row_floats));
+      OSPREY_RETURN_IF_ERROR(visit(key, rec.data(), t->row_floats));
     }
   }
   // Cached rows: only those in Redis or written here (a row only pulled is still initial, and
@@ -54,7 +44,7 @@ Status RedisStore::ExportRecords(uint32_t table, const RecordVisitor& visit) con
   std::vector<uint64_t> cached;
   t->cache->ForEach([&](uint64_t key, const RowCache::Row&) { cached.push_back(key); });
   for (uint64_t key : cached) {
-    OSPREY_RETURN_IF_ERROR(visit(key, t->cache->Find(key)->record.get(), t->row_floats));
+    OSPREY_RETURN_IF_ERROR(visit(key, t->cache->Peek(key)->record.get(), t->row_floats));
   }
   return Status::OK();
 }

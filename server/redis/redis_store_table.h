@@ -21,7 +21,7 @@ struct RedisStore::Table {
   // Dense: chunks written since the last flush, and those given values (InitChunks / Redis).
   std::unordered_set<uint64_t> dirty_chunks;
   std::unordered_set<uint64_t> initialized;
-  uint64_t redis_rows = 0;  // rows in Redis (bucket counters at start + created since)
+  uint64_t redis_rows = 0;  // rows in Redis (HLEN at start + created since)
   // VisitRows scratch.
   std::vector<redis_store::RowCache::Row*> found;
   std::vector<float*> rows;

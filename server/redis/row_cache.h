@@ -39,6 +39,11 @@ class RowCache {
 
   // The cached row (counted as a use) or nullptr.
   Row* Find(uint64_t key);
+  // The cached row without counting a use (flushes), or nullptr.
+  Row* Peek(uint64_t key) {
+    auto it = rows_.find(key);
+    return it == rows_.end() ? nullptr : &it->second;
+  }
   // A new row (record uninitialized) for a key not cached.
   Row* Insert(uint64_t key);
   void MarkDirty(uint64_t key, Row* row);
