@@ -1,7 +1,7 @@
 // osprey-bench-redis: pipelined SETs of 1 KiB blobs through osprey::redis::RedisClient, batch 1
 // vs 64 vs 1024, on one redis-server and on a 3-master Redis Cluster (both started here, on
-// loopback, as the tests start them), with raw hiredis pipelining on the single node as the
-// baseline for the client's own overhead. Prints, per case, the median of --runs runs.
+// loopback, as the tests start them), with raw hiredis pipelining to the same nodes (same keys,
+// same grouping per node) as the baseline for the client's own overhead. Prints, per case, the median of --runs runs.
 //
 //   osprey-bench-redis [--runs 5] [--commands 16384]
 #include <hiredis/hiredis.h>
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -49,31 +50,55 @@ StatusOr<double> RunClient(RedisClient& client, const std::vector<std::string>& 
   return total / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The same with hiredis directly (no routing, no reply copies): the floor for one node.
-StatusOr<double> RunRawHiredis(const Endpoint& ep, const std::vector<std::string>& keys,
-                               const std::string& blob, int batch, int total) {
-  redisContext* c = redisConnect(ep.host.c_str(), ep.port);
-  if (c == nullptr || c->err) return Unavailable("raw hiredis connect to " + ep.ToString() + " failed");
+// The same with hiredis directly: each batch's SETs appended to the connection of their key's
+// node (`owner[i]` indexes `nodes`), every node's pipeline written, then every node's replies
+// read -- what the client does, minus routing, grouping and reply copies. The floor.
+StatusOr<double> RunRaw(const std::vector<Endpoint>& nodes, const std::vector<int>& owner,
+                        const std::vector<std::string>& keys, const std::string& blob, int batch, int total) {
+  std::vector<redisContext*> ctx;
+  auto close_all = [&] {
+    for (redisContext* c : ctx) redisFree(c);
+  };
+  for (const Endpoint& ep : nodes) {
+    ctx.push_back(redisConnect(ep.host.c_str(), ep.port));
+    if (ctx.back() == nullptr || ctx.back()->err) {
+      close_all();
+      return Unavailable("raw hiredis connect to " + ep.ToString() + " failed");
+    }
+  }
+  std::vector<int> count(nodes.size());
   const auto start = Clock::now();
   for (int done = 0; done < total; done += batch) {
-    const int n = std::min(total, done + batch) - done;
-    for (int i = done; i < done + n; ++i) {
-      const std::string& k = keys[i % keys.size()];
-      const char* argv[3] = {"SET", k.data(), blob.data()};
-      const size_t lens[3] = {3, k.size(), blob.size()};
-      redisAppendCommandArgv(c, 3, argv, lens);
+    std::fill(count.begin(), count.end(), 0);
+    for (int i = done; i < std::min(total, done + batch); ++i) {
+      const size_t k = i % keys.size();
+      const char* argv[3] = {"SET", keys[k].data(), blob.data()};
+      const size_t lens[3] = {3, keys[k].size(), blob.size()};
+      redisAppendCommandArgv(ctx[owner[k]], 3, argv, lens);
+      ++count[owner[k]];
     }
-    for (int i = 0; i < n; ++i) {
-      void* r = nullptr;
-      if (redisGetReply(c, &r) != REDIS_OK) {
-        redisFree(c);
-        return Unavailable("raw hiredis read failed");
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      int written = 0;
+      while (count[n] > 0 && !written) {
+        if (redisBufferWrite(ctx[n], &written) != REDIS_OK) {
+          close_all();
+          return Unavailable("raw hiredis write failed");
+        }
       }
-      freeReplyObject(r);
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      for (int j = 0; j < count[n]; ++j) {
+        void* r = nullptr;
+        if (redisGetReply(ctx[n], &r) != REDIS_OK) {
+          close_all();
+          return Unavailable("raw hiredis read failed");
+        }
+        freeReplyObject(r);
+      }
     }
   }
   const double rate = total / std::chrono::duration<double>(Clock::now() - start).count();
-  redisFree(c);
+  close_all();
   return rate;
 }
 
@@ -103,29 +128,75 @@ int Main(int argc, char** argv) {
   }
   const std::string blob(1024, 'x');
   const auto keys = MakeKeys(10000);
-  std::printf("%-14s %6s %9s %12s %10s\n", "target", "batch", "commands", "SETs/s(med)", "vs batch1");
-  for (const char* target : {"raw_hiredis", "single", "cluster"}) {
-    double batch1 = 0;
-    for (int batch : {1, 64, 1024}) {
-      // Batch 1 pays one round trip per SET: fewer of them keep the run short.
-      const int total = batch == 1 ? commands / 4 : commands;
-      std::vector<double> rates;
-      for (int r = 0; r < runs; ++r) {
-        StatusOr<double> rate =
-            std::strcmp(target, "raw_hiredis") == 0 ? RunRawHiredis((*single)->endpoint(), keys, blob, batch, total)
-            : std::strcmp(target, "single") == 0    ? RunClient(**sc, keys, blob, batch, total)
-                                                    : RunClient(**cc, keys, blob, batch, total);
-        if (!rate.ok()) {
-          std::fprintf(stderr, "%s batch %d: %s\n", target, batch, rate.status().ToString().c_str());
-          return 1;
-        }
-        rates.push_back(*rate);
+  // Which cluster node owns each key (from one CLUSTER SLOTS), for the raw baseline.
+  const std::vector<Endpoint> cnodes = (*cluster)->endpoints();
+  const std::vector<int> single_owner(keys.size(), 0);
+  std::vector<int> cluster_owner(keys.size(), -1);
+  const redis::Reply slots = (*cluster)->node(0).Call({"CLUSTER", "SLOTS"});
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const int slot = RedisClient::KeySlot(keys[k]);
+    for (const Reply& range : slots.elements) {
+      if (range.elements.size() < 3 || slot < range.elements[0].integer || slot > range.elements[1].integer) continue;
+      for (size_t n = 0; n < cnodes.size(); ++n) {
+        if (cnodes[n].port == range.elements[2].elements[1].integer) cluster_owner[k] = static_cast<int>(n);
       }
-      const double med = Median(rates);
-      if (batch == 1) batch1 = med;
-      std::printf("%-14s %6d %9d %12.0f %9.1fx\n", target, batch, total, med, med / batch1);
+    }
+    if (cluster_owner[k] < 0) {
+      std::fprintf(stderr, "no owner for slot %d\n", slot);
+      return 1;
     }
   }
+  // Runs are interleaved (run r of every case, in a shuffled order, then run r+1), so a change in the machine's load
+  // (2 shared cores here) hits every case alike rather than one case's five runs.
+  struct Case {
+    const char* target;
+    int batch;
+    int total;
+    std::vector<double> rates;
+  };
+  std::vector<Case> cases;
+  for (const char* target : {"raw_single", "single", "raw_cluster", "cluster"}) {
+    // Batch 1 pays one round trip per SET: fewer of them keep the run short.
+    for (int batch : {1, 64, 1024}) cases.push_back({target, batch, batch == 1 ? commands / 4 : commands, {}});
+  }
+  std::mt19937 rng(1);
+  std::vector<size_t> order(cases.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (int r = 0; r < runs; ++r) {
+    // A new case order every round: no case always follows the same one (what ran just before
+    // leaves the servers' and the scheduler's state behind).
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t ci : order) {
+      Case& c = cases[ci];
+      const bool is_cluster = std::strstr(c.target, "cluster") != nullptr;
+      StatusOr<double> rate =
+          std::strncmp(c.target, "raw_", 4) == 0
+              ? RunRaw(is_cluster ? cnodes : std::vector<Endpoint>{(*single)->endpoint()},
+                       is_cluster ? cluster_owner : single_owner, keys, blob, c.batch, c.total)
+              : RunClient(is_cluster ? **cc : **sc, keys, blob, c.batch, c.total);
+      if (!rate.ok()) {
+        std::fprintf(stderr, "%s batch %d: %s\n", c.target, c.batch, rate.status().ToString().c_str());
+        return 1;
+      }
+      c.rates.push_back(*rate);
+    }
+  }
+  std::printf("1 KiB SETs, median of %d interleaved runs\n", runs);
+  std::printf("%-12s %6s %9s %12s %10s %12s\n", "target", "batch", "commands", "SETs/s", "vs batch1",
+              "vs raw same batch");
+  for (const Case& c : cases) {
+    const double med = Median(c.rates);
+    double batch1 = 0, raw = 0;
+    for (const Case& o : cases) {
+      if (std::strcmp(o.target, c.target) == 0 && o.batch == 1) batch1 = Median(o.rates);
+      const std::string base = std::strstr(c.target, "cluster") ? "raw_cluster" : "raw_single";
+      if (base == o.target && o.batch == c.batch) raw = Median(o.rates);
+    }
+    std::printf("%-12s %6d %9d %12.0f %9.1fx %11.2fx\n", c.target, c.batch, c.total, med, med / batch1, med / raw);
+  }
+  const RedisClient::Counters cn = (*cc)->counters();
+  std::printf("cluster client: %lld map reads, %lld MOVED, %lld ASK, %lld retries\n", cn.map_refreshes,
+              cn.moved, cn.asks, cn.retries);
   return 0;
 }
 

@@ -115,6 +115,7 @@ Status NodeConnection::Send(const std::vector<const std::vector<std::string>*>& 
   }
   // Write the whole pipeline now so every node of a batch works while we read the first one.
   int done = 0;
+  errno = 0;
   while (!done) {
     if (redisBufferWrite(ctx_, &done) != REDIS_OK) return ContextError("sending commands");
   }

@@ -52,6 +52,17 @@ struct NodeBatch {
   std::vector<Reply> replies;
 };
 
+// The progress of one Execute call.
+struct BatchState {
+  std::vector<Reply>* replies = nullptr;       // the caller's, one per command
+  std::vector<size_t> pending;                 // commands without a final reply yet
+  std::vector<std::optional<Endpoint>> redirect;  // where MOVED/ASK sent each for its next try
+  std::vector<bool> ask;                       // ASKING before it on the next try
+  bool transient = false;                      // this attempt met an error worth a backoff
+  bool refresh = false;                        // this attempt says the slot map is stale
+  Status last_error;
+};
+
 }  // namespace
 
 struct RedisClient::Impl {
@@ -71,7 +82,9 @@ struct RedisClient::Impl {
   }
 
   Status RefreshMap();
-  Endpoint Route(const Command& c) const;
+  const Endpoint& Route(const Command& c) const;
+  std::vector<NodeBatch> SendPending(const std::vector<Command>& commands, BatchState* s);
+  Status Absorb(NodeBatch& b, BatchState* s, std::vector<size_t>* next);
   Status Execute(const std::vector<Command>& commands, std::vector<Reply>* replies);
   Status ExecuteOnAllMasters(const Command& command, std::vector<Reply>* replies);
 };
@@ -83,7 +96,9 @@ Status RedisClient::Impl::RefreshMap() {
     if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) candidates.push_back(s);
   }
   Status last = Unavailable("redis cluster: no node to read the slot map from");
+  std::string tried;
   for (const Endpoint& ep : candidates) {
+    tried += (tried.empty() ? "" : ", ") + ep.ToString();
     auto conn = Conn(ep);
     if (!conn.ok()) {
       if (conn.status().code() == StatusCode::kPermissionDenied) return conn.status();
@@ -121,17 +136,20 @@ Status RedisClient::Impl::RefreshMap() {
     ++counters.map_refreshes;
     return Status::OK();
   }
-  return last;
+  return Status(last.code(), "redis cluster: no node answered CLUSTER SLOTS (tried " + tried +
+                                 "); last error: " + last.message());
 }
 
-Endpoint RedisClient::Impl::Route(const Command& c) const {
+const Endpoint& RedisClient::Impl::Route(const Command& c) const {
   if (c.key_index < 0) return map.masters().front();
   const int owner = map.MasterOf(KeySlot(c.args[c.key_index]));
   // An unassigned slot goes to any master: its answer (CLUSTERDOWN, MOVED) drives the retry.
   return map.masters()[owner < 0 ? 0 : owner];
 }
 
-Status RedisClient::Impl::Execute(const std::vector<Command>& commands, std::vector<Reply>* replies) {
+namespace {
+
+Status ValidateCommands(const std::vector<Command>& commands) {
   for (size_t i = 0; i < commands.size(); ++i) {
     const Command& c = commands[i];
     if (c.args.empty()) return InvalidArgument("redis command #" + std::to_string(i) + ": no arguments");
@@ -141,88 +159,116 @@ Status RedisClient::Impl::Execute(const std::vector<Command>& commands, std::vec
                              " arguments");
     }
   }
-  replies->assign(commands.size(), Reply());
-  std::vector<size_t> pending(commands.size());
-  for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
-  // Where a redirection sent a command for its next attempt (ASK: with ASKING before it).
-  std::vector<std::optional<Endpoint>> redirect(commands.size());
-  std::vector<bool> ask(commands.size(), false);
-  int retries = 0, redirects = 0, backoff_ms = std::max(1, options.backoff_ms);
-  Status last_error;
-  while (!pending.empty()) {
-    std::map<std::string, NodeBatch> batches;
-    for (size_t i : pending) {
-      const Endpoint ep = redirect[i] ? *redirect[i] : Route(commands[i]);
-      NodeBatch& b = batches[ep.ToString()];
-      b.endpoint = ep;
-      b.index.push_back(i);
-      b.argvs.push_back(&commands[i].args);
-      b.asking.push_back(ask[i]);
-      redirect[i].reset();
-      ask[i] = false;
-    }
-    // Every node's pipeline is written before any is read: one round trip for the attempt.
-    std::vector<std::pair<NodeBatch*, NodeConnection*>> sent;
-    for (auto& [name, b] : batches) {
-      auto conn = Conn(b.endpoint);
-      b.status = conn.ok() ? (*conn)->Send(b.argvs, &b.asking) : conn.status();
-      if (b.status.ok()) sent.emplace_back(&b, *conn);
-    }
-    for (auto& [b, conn] : sent) b->status = conn->Receive(&b->asking, b->index.size(), &b->replies);
+  return Status::OK();
+}
 
-    std::vector<size_t> next;
-    bool transient = false, refresh = false;
-    for (auto& [name, b] : batches) {
-      if (!b.status.ok()) {
-        // A node that does not answer in time may still be working on the batch: report it
-        // rather than resend; a refused AUTH will not pass on retry either.
-        if (b.status.code() == StatusCode::kDeadlineExceeded ||
-            b.status.code() == StatusCode::kPermissionDenied) {
-          return b.status;
-        }
-        last_error = b.status;
-        transient = refresh = true;
-        next.insert(next.end(), b.index.begin(), b.index.end());
-        continue;
+}  // namespace
+
+// One attempt: the pending commands grouped per node (a redirected command goes where its
+// MOVED/ASK said), every node's pipeline written before any is read (one round trip for the
+// attempt), then every node's replies read.
+std::vector<NodeBatch> RedisClient::Impl::SendPending(const std::vector<Command>& commands,
+                                                      BatchState* s) {
+  std::vector<NodeBatch> batches;  // a handful of nodes: a linear search beats a map here
+  NodeBatch* last = nullptr;
+  for (size_t i : s->pending) {
+    const Endpoint& ep = s->redirect[i] ? *s->redirect[i] : Route(commands[i]);
+    if (last == nullptr || !(last->endpoint == ep)) {
+      last = nullptr;
+      for (NodeBatch& b : batches) {
+        if (b.endpoint == ep) last = &b;
       }
-      for (size_t j = 0; j < b.index.size(); ++j) {
-        const size_t i = b.index[j];
-        Reply& r = b.replies[j];
-        if (r.is_error() && (StartsWith(r.str, "MOVED ") || StartsWith(r.str, "ASK "))) {
-          const bool is_ask = StartsWith(r.str, "ASK ");
-          redirect[i] = RedirectTarget(r.str);
-          ask[i] = is_ask && redirect[i].has_value();
-          ++(is_ask ? counters.asks : counters.moved);
-          refresh = refresh || !is_ask;  // ASK is temporary: the map still names the owner
-          next.push_back(i);
-        } else if (r.is_error() && IsTransient(r.str)) {
-          last_error = Unavailable("redis " + b.endpoint.ToString() + ": " + r.str);
-          transient = refresh = true;
-          next.push_back(i);
-        } else {
-          (*replies)[i] = std::move(r);
-        }
+      if (last == nullptr) {
+        last = &batches.emplace_back();
+        last->endpoint = ep;
       }
     }
+    NodeBatch& b = *last;
+    b.index.push_back(i);
+    b.argvs.push_back(&commands[i].args);
+    b.asking.push_back(s->ask[i]);
+    s->redirect[i].reset();
+    s->ask[i] = false;
+  }
+  std::vector<std::pair<NodeBatch*, NodeConnection*>> sent;
+  for (NodeBatch& b : batches) {
+    auto conn = Conn(b.endpoint);
+    b.status = conn.ok() ? (*conn)->Send(b.argvs, &b.asking) : conn.status();
+    if (b.status.ok()) sent.emplace_back(&b, *conn);
+  }
+  for (auto& [b, conn] : sent) b->status = conn->Receive(&b->asking, b->index.size(), &b->replies);
+  return batches;
+}
+
+// Files one node's replies: final ones into the caller's slots, MOVED/ASK/TRYAGAIN/... and the
+// commands whose replies a broken connection lost back into `next`. Non-OK only for what a retry
+// cannot fix (an io timeout: the node may still be working on the batch; a refused AUTH).
+Status RedisClient::Impl::Absorb(NodeBatch& b, BatchState* s, std::vector<size_t>* next) {
+  if (!b.status.ok() && (b.status.code() == StatusCode::kDeadlineExceeded ||
+                         b.status.code() == StatusCode::kPermissionDenied)) {
+    return b.status;
+  }
+  for (size_t j = 0; j < b.index.size(); ++j) {
+    const size_t i = b.index[j];
+    if (j >= b.replies.size()) {  // sent (maybe applied) but its reply was lost: resend
+      s->last_error = b.status;
+      s->transient = s->refresh = true;
+      next->push_back(i);
+      continue;
+    }
+    Reply& r = b.replies[j];
+    if (r.is_error() && (StartsWith(r.str, "MOVED ") || StartsWith(r.str, "ASK "))) {
+      const bool is_ask = StartsWith(r.str, "ASK ");
+      s->redirect[i] = RedirectTarget(r.str);
+      s->ask[i] = is_ask && s->redirect[i].has_value();
+      ++(is_ask ? counters.asks : counters.moved);
+      s->refresh = s->refresh || !is_ask;  // ASK is temporary: the map still names the owner
+      next->push_back(i);
+    } else if (r.is_error() && IsTransient(r.str)) {
+      s->last_error = Unavailable("redis " + b.endpoint.ToString() + ": " + r.str);
+      s->transient = s->refresh = true;
+      next->push_back(i);
+    } else {
+      (*s->replies)[i] = std::move(r);
+    }
+  }
+  return Status::OK();
+}
+
+Status RedisClient::Impl::Execute(const std::vector<Command>& commands, std::vector<Reply>* replies) {
+  OSPREY_RETURN_IF_ERROR(ValidateCommands(commands));
+  replies->assign(commands.size(), Reply());
+  BatchState s;
+  s.replies = replies;
+  s.pending.resize(commands.size());
+  for (size_t i = 0; i < s.pending.size(); ++i) s.pending[i] = i;
+  s.redirect.resize(commands.size());
+  s.ask.assign(commands.size(), false);
+  int retries = 0, redirects = 0, backoff_ms = std::max(1, options.backoff_ms);
+  while (!s.pending.empty()) {
+    std::vector<NodeBatch> batches = SendPending(commands, &s);
+    std::vector<size_t> next;
+    s.transient = s.refresh = false;
+    for (NodeBatch& b : batches) OSPREY_RETURN_IF_ERROR(Absorb(b, &s, &next));
     // Ascending order keeps the caller's order among the commands resent to one node.
     std::sort(next.begin(), next.end());
-    pending.swap(next);
-    if (pending.empty()) break;
-    if (transient) {
+    s.pending.swap(next);
+    if (s.pending.empty()) break;
+    if (s.transient) {
       if (retries >= options.max_retries) {
-        return Unavailable("redis: " + std::to_string(pending.size()) + " of " +
+        return Unavailable("redis: " + std::to_string(s.pending.size()) + " of " +
                            std::to_string(commands.size()) + " commands not delivered after " +
-                           std::to_string(retries) + " retries; last error: " + last_error.message());
+                           std::to_string(retries) + " retries; last error: " + s.last_error.message());
       }
       ++retries;
       ++counters.retries;
       std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
       backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs);
     } else if (++redirects > kMaxRedirects) {
-      return Unavailable("redis: " + std::to_string(pending.size()) + " commands still redirected after " +
+      return Unavailable("redis: " + std::to_string(s.pending.size()) + " commands still redirected after " +
                          std::to_string(kMaxRedirects) + " MOVED/ASK rounds (a resharding that does not settle?)");
     }
-    if (refresh && options.cluster) {
+    if (s.refresh && options.cluster) {
       // A failed refresh keeps the old map; the redirect targets and the retry budget still apply.
       Status st = RefreshMap();
       if (st.code() == StatusCode::kPermissionDenied) return st;

@@ -95,8 +95,12 @@ class RedisClient {
   // one reply per command IN THE ORDER GIVEN. A Redis error reply (e.g. from a function) is a
   // Reply of kError, not a failed Status; the Status fails only when the batch could not be
   // delivered (Unavailable naming the endpoint, DeadlineExceeded on io timeout).
-  // Note: a command whose reply was lost to a connection error is sent again on retry, so
-  // non-idempotent commands (INCR, a function that adds) may apply twice in that case only.
+  // Delivery: a MOVED/ASK/TRYAGAIN/CLUSTERDOWN reply means the command did not run, so following
+  // it never applies a command twice (tests/redis/cluster_test.cc reshards under INCRs). A command
+  // whose reply a broken connection lost IS sent again on retry (replies read before the break
+  // are kept), so a non-idempotent command (INCR, a function that adds) may apply twice in that
+  // case only; guard such writes with a version or fencing check on the Redis side.
+  // On a failed Status some commands of the batch may have run; `replies` is then unspecified.
   Status Execute(const std::vector<Command>& commands, std::vector<Reply>* replies);
   // Runs one command on every master (e.g. FUNCTION LOAD REPLACE, FLUSHALL); replies per master,
   // in the order of masters() (single node: one reply).

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/redis/redis_client.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/launch_util.h"
 #include "tests/testing/redis_fixture.h"
 #include "tests/testing/wait.h"
@@ -181,7 +182,17 @@ TEST(RedisClusterTest, AskDuringMigrationLosesNothing) {
   ExpectAll(*client, fresh, "n");
   EXPECT_EQ(client->counters().moved, 0) << "the slot still belongs to the source: ASK only";
 
+  // A multi-key command whose keys are split between source and target gets TRYAGAIN until the
+  // migration ends: retried with backoff, then Unavailable naming the reason.
+  std::vector<Reply> r;
+  Status st = client->Execute({{{"MGET", keys[0], keys[99]}}}, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("TRYAGAIN"), std::string::npos) << st.ToString();
+
   FinishMigration(*c, slot, from, to);
+  ASSERT_TRUE(client->Execute({{{"MGET", keys[0], keys[99]}}}, &r).ok());
+  ASSERT_EQ(r[0].elements.size(), 2u);
+  EXPECT_EQ(r[0].elements[1].str, "v99x");
   ExpectAll(*client, keys, "x");
   ExpectAll(*client, fresh, "n");
   EXPECT_EQ(c->node(to).Call({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer, 140);
@@ -250,6 +261,63 @@ TEST(RedisClusterTest, KilledMasterIsUnavailableWithinTheRetryBudget) {
   EXPECT_NE(st.message().find(dead.ToString()), std::string::npos) << st.ToString();
   EXPECT_EQ(client->counters().retries, 3);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // Every-master commands report the dead one too.
+  st = client->ExecuteOnAllMasters({{"PING"}, -1}, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find(dead.ToString()), std::string::npos) << st.ToString();
+  // A new client whose first seed is the dead node still reads the map from the others.
+  auto again = ConnectTo(*c);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->num_masters(), 3u);
+}
+
+TEST(RedisClusterTest, StoppedMasterIsDeadlineExceededThenRecovers) {
+  auto c = StartCluster();
+  ASSERT_TRUE(c);
+  RedisOptions o;
+  o.cluster = true;
+  o.seeds = c->endpoints();
+  o.io_timeout_ms = 400;
+  auto client = RedisClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const auto keys = Keys("key:", 300);
+  SetAll(**client, keys, "");
+  c->node(1).Pause();
+  std::vector<Command> gets;
+  for (const auto& k : keys) gets.push_back({{"GET", k}});
+  std::vector<Reply> r;
+  const auto start = std::chrono::steady_clock::now();
+  Status st = (*client)->Execute(gets, &r);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find(c->node(1).endpoint().ToString()), std::string::npos) << st.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  // ExecuteOnAllMasters meets the same stopped node.
+  EXPECT_EQ((*client)->ExecuteOnAllMasters({{"PING"}, -1}, &r).code(), StatusCode::kDeadlineExceeded);
+  c->node(1).Resume();
+  ExpectAll(**client, keys, "");
+}
+
+TEST(RedisClusterTest, ClusterDownIsRetriedThenUnavailable) {
+  // A short node timeout so the survivors mark the killed master failed within seconds.
+  auto c = RedisTestCluster::Start(3, "", {"--cluster-node-timeout", "2000"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto client = ConnectTo(**c);
+  ASSERT_TRUE(client);
+  (*c)->node(2).Kill9();
+  ASSERT_TRUE(osprey::testing::WaitUntil(
+      [&] { return (*c)->node(0).Call({"CLUSTER", "INFO"}).str.find("cluster_state:fail") != std::string::npos; },
+      std::chrono::seconds(20)));
+  // A key on a live master: its node answers CLUSTERDOWN, retried with backoff, then reported.
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    const std::string k = "key:" + std::to_string(i);
+    if ((*c)->OwnerPort(0, RedisClient::KeySlot(k)) == (*c)->node(0).port()) key = k;
+  }
+  std::vector<Reply> r;
+  Status st = client->Execute({{{"GET", key}}}, &r);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("CLUSTERDOWN"), std::string::npos) << st.ToString();
+  EXPECT_EQ(client->counters().retries, 3);
 }
 
 TEST(RedisClusterTest, FunctionLoadedOnEveryMasterRunsWhereItsKeyLives) {
@@ -282,6 +350,37 @@ TEST(RedisClusterTest, FunctionLoadedOnEveryMasterRunsWhereItsKeyLives) {
   ASSERT_TRUE(r.back().is_error());
   EXPECT_EQ(r.back().str, "FENCED stale epoch");
   EXPECT_EQ(client->counters().moved, 0);
+}
+
+TEST(RedisClusterTest, AuthOnEveryNode) {
+  auto c = RedisTestCluster::Start(3, "clusterpw");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  RedisOptions o;
+  o.cluster = true;
+  o.seeds = (*c)->endpoints();
+  auto anonymous = RedisClient::Connect(o);
+  ASSERT_FALSE(anonymous.ok());
+  EXPECT_EQ(anonymous.status().code(), StatusCode::kPermissionDenied) << anonymous.status().ToString();
+  o.password = "nope";
+  EXPECT_EQ(RedisClient::Connect(o).status().code(), StatusCode::kPermissionDenied);
+  o.password = "clusterpw";
+  auto client = RedisClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const auto keys = Keys("key:", 500);
+  SetAll(**client, keys, "a");
+  ExpectAll(**client, keys, "a");
+}
+
+TEST(RedisClusterTest, NoSeedUpIsUnavailableNamingEverySeed) {
+  RedisOptions o;
+  o.cluster = true;
+  o.seeds = {{"127.0.0.1", osprey::testing::FreePort()}, {"127.0.0.1", osprey::testing::FreePort()}};
+  auto client = RedisClient::Connect(o);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable);
+  for (const Endpoint& ep : o.seeds) {
+    EXPECT_NE(client.status().message().find(ep.ToString()), std::string::npos) << client.status().ToString();
+  }
 }
 
 TEST(RedisClusterTest, ClusterModeOnAPlainNodeIsAClearError) {

@@ -3,7 +3,8 @@
 // cluster-enabled servers, joins them with `redis-cli --cluster create ... --cluster-replicas 0
 // --cluster-yes` and waits until every node says cluster_state:ok and all agree on the slot map.
 // Destructors stop the servers by pid (SIGKILL, then waitpid) and remove the temp dir; children
-// also die with the test process (PR_SET_PDEATHSIG), so a crashed test leaks no server.
+// also die with the test process (PR_SET_PDEATHSIG), so a crashed test leaks no server. (The
+// signal follows the starting *thread*: start servers from a thread that outlives them.)
 //
 //   auto node = RedisServer::Start();            // ASSERT_TRUE(node.ok())
 //   RedisOptions o; o.seeds = {(*node)->endpoint()};
@@ -95,6 +96,7 @@ class RedisServer {
 
   // SIGKILL and reap: the "Redis crashed" of fault tests; also what the destructor does.
   void Kill9() {
+    admin_.reset();
     if (pid_ <= 0) return;
     ::kill(pid_, SIGCONT);  // a SIGSTOPped server still dies, but reap promptly either way
     ::kill(pid_, SIGKILL);
@@ -114,18 +116,24 @@ class RedisServer {
     o.max_retries = 0;
     return redis::RedisClient::Connect(o);
   }
-  // One command on this node; its reply (an error reply on failure to deliver).
+  // One command on this node; its reply (an error reply naming the Status on failure to
+  // deliver). The admin connection is kept between calls (polling loops would otherwise leave
+  // thousands of sockets in TIME_WAIT) and reopened after a failure.
   redis::Reply Call(std::vector<std::string> args) const {
     redis::Reply r;
     r.type = redis::Reply::Type::kError;
-    auto admin = Admin();
-    if (!admin.ok()) {
-      r.str = admin.status().ToString();
-      return r;
+    if (!admin_) {
+      auto admin = Admin();
+      if (!admin.ok()) {
+        r.str = admin.status().ToString();
+        return r;
+      }
+      admin_ = std::move(admin).value();
     }
     std::vector<redis::Reply> replies;
-    Status st = (*admin)->Execute({{std::move(args), -1}}, &replies);
+    Status st = admin_->Execute({{std::move(args), -1}}, &replies);
     if (!st.ok()) {
+      admin_.reset();
       r.str = st.ToString();
       return r;
     }
@@ -178,20 +186,30 @@ class RedisServer {
   int port_ = -1;
   pid_t pid_ = -1;
   std::string password_;
+  mutable std::unique_ptr<redis::RedisClient> admin_;  // Call's connection, opened on first use
 };
 
-// Three masters, no replicas, all slots assigned by `redis-cli --cluster create`.
+// Three masters, no replicas, all slots assigned by `redis-cli --cluster create`. With a
+// password every node has --requirepass and --masterauth, and redis-cli authenticates with -a.
 class RedisTestCluster {
  public:
-  static StatusOr<std::unique_ptr<RedisTestCluster>> Start(int num_masters = 3) {
+  // `extra`: more redis-server arguments for every node (e.g. a short --cluster-node-timeout).
+  static StatusOr<std::unique_ptr<RedisTestCluster>> Start(int num_masters = 3,
+                                                          const std::string& password = "",
+                                                          const std::vector<std::string>& extra = {}) {
     std::unique_ptr<RedisTestCluster> c(new RedisTestCluster());
     c->dir_ = MakeTempDir("redis-cluster");
     if (c->dir_.empty()) return Internal("cannot create a temp dir for the redis cluster");
-    std::string create = "redis-cli --cluster create";
+    std::string create = "redis-cli";
+    if (!password.empty()) create += " --no-auth-warning -a '" + password + "'";
+    create += " --cluster create";
     for (int i = 0; i < num_masters; ++i) {
       RedisServer::Options o;
       o.cluster = true;
       o.dir = c->dir_;
+      o.password = password;
+      o.extra = extra;
+      if (!password.empty()) o.extra.insert(o.extra.end(), {"--masterauth", password});
       OSPREY_ASSIGN_OR_RETURN(auto node, RedisServer::Start(o));
       create += " 127.0.0.1:" + std::to_string(node->port());
       c->nodes_.push_back(std::move(node));
