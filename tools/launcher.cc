@@ -147,6 +147,7 @@ int Launcher::Prepare() {
   std::fprintf(stderr, "osprey launch: %d servers, %d workers; coordinator %s; logs in %s\n",
                config_.cluster.num_servers, config_.cluster.num_workers, endpoint_.c_str(),
                log_dir_.c_str());
+  std::fprintf(stderr, "osprey launch: store %s\n", config::StoreName(config_.store).c_str());
   std::fprintf(stderr, "osprey launch: security %s\n",
                keys_dir_.empty() ? "none (unauthenticated, unencrypted: loopback only)"
                                  : ("curve, keys in " + keys_dir_).c_str());

@@ -52,6 +52,7 @@ TEST(RedisLaunchTest, RedisStoresTrainToTheNativeAuc) {
     if (i > 0) {
       const std::string out = ReadFile(dir + "/launch.out");
       EXPECT_NE(out.find("local redis"), std::string::npos) << out;
+      EXPECT_NE(out.find(i == 1 ? "store redis\n" : "store redis-cluster\n"), std::string::npos) << out;
       // The launcher stopped its Redis: nothing answers on the endpoints any more is hard to
       // check portably; the Redis log dir exists under the job's logs.
       EXPECT_TRUE(fs::exists(dir + "/logs/redis")) << out;
