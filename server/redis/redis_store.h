@@ -8,7 +8,8 @@
 //     acks_after_apply() is true, so a push is acknowledged only after its rows are in Redis.
 //   write_back: a flusher thread (its own connection) writes dirty rows every flush_interval_ms;
 //     a crash loses at most the rows not yet flushed (unflushed_rows(), logged at the end).
-// Misses are read with one pipelined GET batch per VisitRows / PullRows call; a row absent from
+// Misses are read with one pipelined batch (an HMGET per bucket) per VisitRows / PullRows call; a
+// row absent from
 // Redis is the deterministic initial row (SparseTable::InitialWeights), so a pull never writes.
 // The cache keeps at most cache_rows clean rows (LRU or LFU); dirty rows stay until written.
 //
@@ -17,7 +18,7 @@
 // (FailedPrecondition "FENCED ..."), so a replaced server can never overwrite its successor.
 //
 // Dense tables are kept whole in memory (a NativeStore) and written chunk by chunk as blobs.
-// Checkpoint export reads a table's rows back with KEYS per master (fine for checkpoints, O(N)).
+// Checkpoint export reads a table's rows back with one HGETALL per bucket.
 //
 // Thread-safety: Store calls come from one thread at a time (store.h); mu_ guards what the
 // flusher thread shares with them.

@@ -28,4 +28,7 @@ struct RedisStore::Table {
   std::vector<uint64_t*> history;
 };
 
+// A Redis error reply as a Status: FailedPrecondition for a fenced write, else Internal.
+Status RedisReplyError(const redis::Reply& r, const std::string& what);
+
 }  // namespace osprey::server
