@@ -75,6 +75,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
   f.Section("security", [&](YamlFields& s) { ParseSecurity(s, &job->security); });
   f.Section("limits", [&](YamlFields& s) { ParseLimits(s, &job->limits); });
   f.Section("rdma", [&](YamlFields& s) { ParseRdma(s, &job->rdma); });
+  f.Section("store", [&](YamlFields& s) { ParseStore(s, &job->store); });
   f.Section("log", [&](YamlFields& s) {
     s.Get("level", &job->log_level, {"trace", "debug", "info", "warn", "error", "off"});
   });
@@ -97,6 +98,7 @@ Status Resolve(JobConfig* job) {
     }
     OSPREY_RETURN_IF_ERROR(ValidateTableCodecs(file, job->tables[i], i));
   }
+  OSPREY_RETURN_IF_ERROR(ValidateStore(file, job->tables, &job->store));
   models::ModelConfig& mc = job->model.model;
   mc.dlrm.num_sparse = static_cast<int>(job->data.synthetic.cardinalities.size());
   mc.dlrm.num_dense = job->data.synthetic.num_dense;

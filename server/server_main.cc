@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "coordinator/coordinator_client.h"
+#include "server/redis/job_store.h"
 #include "server/server.h"
 
 namespace {
@@ -179,9 +180,10 @@ int main(int argc, char** argv) {
   listen_options->io_threads = job->cluster.io_threads;
   auto transport = MakeTransport(*listen_options);
   if (!transport.ok()) return Fail(transport.status(), "transport");
-  auto store = server::MakeStore("native");
+  auto store = server::MakeJobStore(job->store);
   if (!store.ok()) return Fail(store.status(), "store");
-  server::Server srv(std::move(*transport), std::move(*store));
+  OSPREY_LOG_INFO("store: {}", config::StoreName(job->store));
+  server::Server srv(std::move(*transport), std::move(store->store));
   srv.SetRolesRequired(job->security.mode == config::SecurityMode::kCurve);
   srv.SetLimits(job->limits);
   auto bound = srv.Listen(listen.empty() ? DefaultEndpoint(job->cluster) : listen);
@@ -199,7 +201,9 @@ int main(int argc, char** argv) {
   srv.SetLiveWorkers(workers);
   srv.SetCheckpointConfig(job->checkpoint);
   if (!restore.empty()) srv.SetRestoreDir(restore);
-  Status s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
+  Status s = store->take_over(reg->rank());
+  if (!s.ok()) return Fail(s, "store");
+  s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
   if (!s.ok()) return Fail(s, "activate");
   OSPREY_LOG_INFO("server {} of {} serving on {}", reg->rank(), reg->num_servers(), *bound);
 

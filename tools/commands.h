@@ -31,4 +31,11 @@ int RunCheckpoint(const std::string& coordinator, const std::string& dir, int ti
 // other errors (each printed).
 int RunKeygen(const std::string& dir, bool force);
 
+// `osprey redis-inspect --config C [--set k=v] [--table T] [--rows N]`: the Redis store of a
+// job (store.type: redis): the table's spec key, each server's row count and up to N rows each
+// (key, blob size, first weights). 0, 2 for a bad config, 1 when Redis cannot be reached.
+// Only in builds with hiredis.
+int RunRedisInspect(const std::string& config_path, const std::vector<std::string>& sets,
+                    const std::string& table, int rows);
+
 }  // namespace osprey::tools

@@ -21,6 +21,7 @@
 #include "coordinator/coordinator_client.h"
 #include "coordinator/final_state.h"
 #include "tools/child_process.h"
+#include "tools/local_redis.h"
 #include "tools/paths.h"
 #include "tools/progress.h"
 #include "tools/report.h"
@@ -50,6 +51,7 @@ class Launcher {
   Status PrepareKeys();  // security: curve
   Status CheckRestoreDir();
   Status StartChildren();
+  Status StartLocalRedis(std::vector<std::string>* common_args);
   Status StartChild(const std::string& name, const std::string& binary,
                     std::vector<std::string> args, FILE* pids);
   int Monitor();
@@ -74,6 +76,7 @@ class Launcher {
   size_t coordinator_ = 0;  // index in children_
   std::unique_ptr<coordinator::CoordinatorClient> client_;
   std::unique_ptr<ProgressMeter> progress_;
+  std::unique_ptr<LocalRedis> redis_;  // store.redis.local: node | cluster (local_redis.h)
   std::optional<proto::ClusterState> state_;  // the latest polled (or final) state
   bool coordinator_exited_ = false;
   bool tty_ = false;
@@ -149,6 +152,7 @@ int Launcher::Prepare() {
   std::fprintf(stderr, "osprey launch: %d servers, %d workers; coordinator %s; logs in %s\n",
                config_.cluster.num_servers, config_.cluster.num_workers, endpoint_.c_str(),
                log_dir_.c_str());
+  std::fprintf(stderr, "osprey launch: store %s\n", config::StoreName(config_.store).c_str());
   std::fprintf(stderr, "osprey launch: security %s\n",
                keys_dir_.empty() ? "none (unauthenticated, unencrypted: loopback only)"
                                  : ("curve, keys in " + keys_dir_).c_str());
@@ -224,6 +228,7 @@ Status Launcher::StartChildren() {
   for (const std::string& s : o_.sets) common.insert(common.end(), {"--set", s});
   common.insert(common.end(), {"--set", "cluster.coordinator=" + endpoint_});
   if (!keys_dir_.empty()) common.insert(common.end(), {"--set", "security.keys_dir=" + keys_dir_});
+  OSPREY_RETURN_IF_ERROR(StartLocalRedis(&common));
 
   std::vector<std::string> args = common;
   args.insert(args.end(), {"--final-state", log_dir_ + "/final_state.pb"});
@@ -240,6 +245,22 @@ Status Launcher::StartChildren() {
     OSPREY_RETURN_IF_ERROR(StartChild("worker-" + std::to_string(i),
                                       bin_dir_ + "/osprey-worker", common, pids.get()));
   }
+  return Status::OK();
+}
+
+// store.redis.local: node | cluster: a Redis of the job's own, before the servers; every child
+// is given its endpoints.
+Status Launcher::StartLocalRedis(std::vector<std::string>* common_args) {
+  const config::RedisStoreConfig& rc = config_.store.redis;
+  if (config_.store.type != config::StoreType::kRedis || rc.local == config::LocalRedis::kNone) {
+    return Status::OK();
+  }
+  OSPREY_ASSIGN_OR_RETURN(redis_,
+                          LocalRedis::Start(log_dir_, rc.local == config::LocalRedis::kCluster));
+  std::fprintf(stderr, "osprey launch: local redis%s on %s\n",
+               rc.local == config::LocalRedis::kCluster ? " cluster" : "",
+               redis_->endpoints().c_str());
+  common_args->insert(common_args->end(), {"--set", "store.redis.endpoints=" + redis_->endpoints()});
   return Status::OK();
 }
 

@@ -85,6 +85,16 @@ int main(int argc, char** argv) {
   keygen_cmd->add_option("dir", keygen_dir, "directory for the key files")->required();
   keygen_cmd->add_flag("--force", keygen_force, "replace existing key files");
 
+  std::string inspect_config, inspect_table;
+  std::vector<std::string> inspect_sets;
+  int inspect_rows = 5;
+  CLI::App* inspect_cmd =
+      app.add_subcommand("redis-inspect", "print a Redis store's row count and a few rows");
+  inspect_cmd->add_option("--config", inspect_config, "the job config (store.type: redis)")->required();
+  inspect_cmd->add_option("--set", inspect_sets, "key=value override (repeatable)");
+  inspect_cmd->add_option("--table", inspect_table, "table name (default: the first)");
+  inspect_cmd->add_option("--rows", inspect_rows, "rows shown per server")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -96,6 +106,16 @@ int main(int argc, char** argv) {
     return RunCheckpoint(ckpt_coordinator, ckpt_dir, ckpt_timeout_ms, ckpt_keys);
   }
   if (keygen_cmd->parsed()) return RunKeygen(keygen_dir, keygen_force);
+#ifdef OSPREY_HAVE_REDIS_INSPECT
+  if (inspect_cmd->parsed()) {
+    return RunRedisInspect(inspect_config, inspect_sets, inspect_table, inspect_rows);
+  }
+#else
+  if (inspect_cmd->parsed()) {
+    std::fprintf(stderr, "osprey redis-inspect: this osprey was built without hiredis\n");
+    return 2;
+  }
+#endif
   if (doctor_cmd->parsed()) {
     return RunDoctor(doctor_bin_dir.empty() ? SelfBinDir() : doctor_bin_dir);
   }

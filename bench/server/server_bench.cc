@@ -12,6 +12,7 @@
 // Usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] [--json PATH]
 //                            [--optimizer sgd|adagrad|adam|ftrl] [--dim 16|64]
 //        osprey-bench-server --placement [--keys K] [--runs R]
+//        osprey-bench-server --store native|redis|redis-cluster [...]  (store_bench.h)
 //
 // --placement times instead the key-ownership computation every multi-server request pays (the
 // client partitions keys by server, the server checks it owns each): ns per key of ServerForKey
@@ -28,6 +29,7 @@
 
 #include "common/placement.h"
 #include "common/stats.h"
+#include "bench/server/store_bench.h"
 #include "server/native_store.h"
 #include "server/table_shard.h"
 
@@ -122,7 +124,9 @@ double RunCase(OptimizerType type, int dim, int per_window, const Options& o, do
 void Usage() {
   std::fprintf(stderr, "usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] "
                        "[--json PATH] [--optimizer NAME] [--dim 16|64]\n"
-                       "       osprey-bench-server --placement [--keys K] [--runs R]\n");
+                       "       osprey-bench-server --placement [--keys K] [--runs R]\n"
+                       "       osprey-bench-server --store native|redis|redis-cluster [--rows N] "
+                       "[--keys K] [--pushes P] [--runs R] [--dim 16|64]\n");
   std::exit(2);
 }
 
@@ -185,6 +189,26 @@ int main(int argc, char** argv) {
       continue;
     }
     if (i + 1 >= argc) Usage();
+    if (a == "--store") {  // the Redis store matrix (store_bench.h), its own defaults
+      StoreBenchOptions so;
+      so.store = argv[++i];
+      for (++i; i + 1 < argc; i += 2) {
+        std::string b = argv[i];
+        if (b == "--rows") so.rows = std::strtoull(argv[i + 1], nullptr, 10);
+        else if (b == "--keys") so.keys = std::strtoull(argv[i + 1], nullptr, 10);
+        else if (b == "--pushes") so.pushes = std::atoi(argv[i + 1]);
+        else if (b == "--runs") so.runs = std::atoi(argv[i + 1]);
+        else if (b == "--dim") so.dim = std::atoi(argv[i + 1]);
+        else Usage();
+      }
+      if (so.store != "native" && so.store != "redis" && so.store != "redis-cluster") Usage();
+#ifdef OSPREY_BENCH_STORE
+      return RunStoreBench(so);
+#else
+      std::fprintf(stderr, "osprey-bench-server: built without hiredis: no --store\n");
+      return 2;
+#endif
+    }
     if (a == "--rows") o.rows = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--keys") o.keys = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--pushes") o.pushes = std::atoi(argv[++i]);

@@ -12,6 +12,7 @@
 #include "common/config/security_config.h"
 #include "common/config/limits_config.h"
 #include "common/config/rdma_config.h"
+#include "common/config/store_config.h"
 #include "common/config/table_config.h"
 
 namespace osprey::config {
@@ -43,6 +44,7 @@ struct PsConfig {
   SecurityConfig security;
   LimitsConfig limits;  // what one peer may ask of a server (limits_config.h)
   RdmaConfig rdma;      // cluster.transport rdma (rdma_config.h)
+  StoreConfig store;    // where servers keep parameters: native | redis (store_config.h)
   std::string log_level = "info";
 
   // Index of the table called `name` or -1.

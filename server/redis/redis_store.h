@@ -1,0 +1,118 @@
+// RedisStore: the Store whose rows live in Redis (one node or a Redis Cluster); store.type: redis.
+//
+// The osprey-server stays the single writer and the compute engine of its shards: the Updater
+// changes rows in the store's in-memory row cache (RowCache), and the store writes them to Redis
+// (row_layout.h) through the fenced function osprey_put (redis_functions.h):
+//   write_through: Sync(table) -- the end of a merge window -- writes every dirty row of the table
+//     in one pipelined batch (one FCALL per bucket) and returns once Redis acknowledged them;
+//     acks_after_apply() is true, so a push is acknowledged only after its rows are in Redis.
+//   write_back: a flusher thread (its own connection) writes dirty rows every flush_interval_ms;
+//     a crash loses at most the rows not yet flushed (unflushed_rows(), logged at the end).
+// Misses are read with one pipelined batch (an HMGET per bucket) per VisitRows / PullRows call; a
+// row absent from
+// Redis is the deterministic initial row (SparseTable::InitialWeights), so a pull never writes.
+// The cache keeps at most cache_rows clean rows (LRU or LFU); dirty rows stay until written.
+//
+// Fencing: TakeOver(rank) INCRs the rank's incarnation and claims every bucket (and owned chunk)
+// of the tables created after it; an older incarnation's writes are then refused by Redis
+// (FailedPrecondition "FENCED ..."), so a replaced server can never overwrite its successor.
+//
+// Dense tables are kept whole in memory (a NativeStore) and written chunk by chunk as blobs.
+// Checkpoint export reads a table's rows back with one HGETALL per bucket.
+//
+// Thread-safety: Store calls come from one thread at a time (store.h); mu_ guards what the
+// flusher thread shares with them.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config/store_config.h"
+#include "common/mutex.h"
+#include "common/redis/redis_client.h"
+#include "common/thread_annotations.h"
+#include "server/native_store.h"
+#include "server/redis/row_cache.h"
+#include "server/redis/row_layout.h"
+#include "server/store.h"
+
+namespace osprey::server {
+
+class SparseTable;
+
+class RedisStore : public Store {
+ public:
+  // Connects (two connections with write_back) and loads the function library on every master.
+  // Errors name the endpoint (Unavailable) or the refused AUTH (PermissionDenied).
+  static StatusOr<std::unique_ptr<RedisStore>> Connect(const config::RedisStoreConfig& config);
+  ~RedisStore() override;
+
+  // Becomes the owner of rank `rank`'s rows: a new incarnation. Call before CreateTable.
+  Status TakeOver(int rank);
+  uint64_t incarnation() const { return incarnation_; }
+
+  Status CreateTable(const StoreTableSpec& spec) override;
+  Status PullRows(uint32_t table, const uint64_t* keys, size_t n, float* out) override;
+  Status VisitRows(uint32_t table, const uint64_t* keys, size_t n, RowAccess access,
+                   const RowBlockFn& fn) override;
+  Status Sync(uint32_t table) override;
+  bool acks_after_apply() const override {
+    return config_.write_policy == config::WritePolicy::kWriteThrough;
+  }
+  Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
+  bool PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) override;
+  Status VisitChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                     const ChunkBlockFn& fn) override;
+  Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
+                    const float* values) override;
+  Status ExportRecords(uint32_t table, const RecordVisitor& visit) const override;
+  Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) override;
+  size_t RecordFloats(uint32_t table, uint64_t key) const override;
+  size_t ChunkFloats(uint32_t table, uint64_t chunk) const override;
+  uint64_t num_rows(uint32_t table) const override;
+
+  // Writes every dirty row and chunk of every table now (write_back: what Stop does).
+  Status FlushAll();
+  // Dirty rows and chunks not yet in Redis (write_back: what a crash now would lose).
+  uint64_t unflushed_rows() const;
+  // Stops the flusher after a last flush; idempotent (the destructor calls it).
+  void Stop();
+
+ private:
+  struct Table;
+  RedisStore(const config::RedisStoreConfig& config, std::unique_ptr<redis::RedisClient> client,
+             std::unique_ptr<redis::RedisClient> flush_client);
+  Table* sparse(uint32_t table) const;
+  Table* any(uint32_t table) const;
+  // Reads the rows of keys[0..n) missing from the cache (one pipelined batch); creates the
+  // absent ones when `create`.
+  Status Fetch(Table* t, const uint64_t* keys, size_t n, bool create) REQUIRES(mu_);
+  // Writes the dirty rows / chunks of `t` with `client`; `mu_` is held only to copy them.
+  Status Flush(uint32_t table, redis::RedisClient* client) EXCLUDES(mu_);
+  Status CheckMeta(const StoreTableSpec& spec);
+  Status Claim(const std::vector<std::string>& fences);
+  void FlusherLoop();
+
+  const config::RedisStoreConfig config_;
+  std::unique_ptr<redis::RedisClient> client_;
+  std::unique_ptr<redis::RedisClient> flush_client_;  // write_back's flusher; null otherwise
+  std::unique_ptr<redis_store::Layout> layout_;       // set by TakeOver
+  uint64_t incarnation_ = 0;
+  NativeStore dense_;  // dense tables, whole (written back chunk by chunk)
+
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<Table>> tables_ GUARDED_BY(mu_);
+  Mutex flush_mu_;  // one Flush at a time (the flusher's and Sync's)
+  Mutex stop_mu_;
+  CondVar stop_cv_;
+  bool stopping_ GUARDED_BY(stop_mu_) = false;
+  std::thread flusher_;
+};
+
+// Factory: "native" or the Redis store of `config` (store.type).
+StatusOr<std::unique_ptr<Store>> MakeConfiguredStore(const config::StoreConfig& config);
+
+}  // namespace osprey::server

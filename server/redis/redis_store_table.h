@@ -1,0 +1,34 @@
+// RedisStore::Table: the store's per-table state (shared by redis_store*.cc only).
+#pragma once
+
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "server/redis/redis_store.h"
+#include "server/sparse_table.h"
+
+namespace osprey::server {
+
+struct RedisStore::Table {
+  uint32_t id = 0;
+  bool is_sparse = true;
+  size_t row_floats = 0;
+  std::unique_ptr<SparseTable> initializer;  // only for InitialWeights
+  StateLayout state;
+  int dim = 0;
+  std::unique_ptr<redis_store::RowCache> cache;
+  // Dense: chunks written since the last flush, and those given values (InitChunks / Redis).
+  std::unordered_set<uint64_t> dirty_chunks;
+  std::unordered_set<uint64_t> initialized;
+  uint64_t redis_rows = 0;  // rows in Redis (HLEN at start + created since)
+  // VisitRows scratch.
+  std::vector<redis_store::RowCache::Row*> found;
+  std::vector<float*> rows;
+  std::vector<uint64_t*> history;
+};
+
+// A Redis error reply as a Status: FailedPrecondition for a fenced write, else Internal.
+Status RedisReplyError(const redis::Reply& r, const std::string& what);
+
+}  // namespace osprey::server
