@@ -74,7 +74,24 @@ Status Coordinator::WaitFor(std::chrono::milliseconds timeout) {
 
 proto::ClusterState Coordinator::State() const {
   MutexLock lock(&mu_);
-  return state_.Snapshot();
+  proto::ClusterState s = state_.Snapshot();
+  s.set_metrics_endpoint(metrics_endpoint_);
+  return s;
+}
+
+std::vector<JobState::HeartbeatAge> Coordinator::HeartbeatAges() const {
+  MutexLock lock(&mu_);
+  return state_.HeartbeatAges(Clock::now());
+}
+
+size_t Coordinator::barrier_waiters() const {
+  MutexLock lock(&mu_);
+  return state_.barrier_waiters();
+}
+
+void Coordinator::SetMetricsEndpoint(std::string url) {
+  MutexLock lock(&mu_);
+  metrics_endpoint_ = std::move(url);
 }
 
 void Coordinator::UpdateOverLocked() {

@@ -97,12 +97,25 @@ class JobState {
   // OK for a job whose every live worker reported; Aborted naming the failure otherwise.
   Status result() const;
 
+  // Seconds since each registered node's last heartbeat (the metrics' heartbeat lag); empty
+  // before the rendezvous.
+  struct HeartbeatAge {
+    proto::Role role;
+    int rank;
+    bool alive;
+    double seconds;
+  };
+  std::vector<HeartbeatAge> HeartbeatAges(Clock::time_point now) const;
+  // Requests waiting at a barrier now, all barriers together.
+  size_t barrier_waiters() const;
+
  private:
   struct Node {
     proto::Role role = proto::ROLE_UNSPECIFIED;
     int rank = -1;  // assigned at rendezvous
     int requested_rank = -1;
     std::string endpoint;
+    std::string metrics_endpoint;
     std::string host;
     int pid = 0;
     ReplyAddress pending_register;

@@ -74,6 +74,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
   f.Section("checkpoint", [&](YamlFields& s) { ParseCheckpoint(s, &job->checkpoint); });
   f.Section("security", [&](YamlFields& s) { ParseSecurity(s, &job->security); });
   f.Section("limits", [&](YamlFields& s) { ParseLimits(s, &job->limits); });
+  f.Section("metrics", [&](YamlFields& s) { ParseMetrics(s, &job->metrics); });
   f.Section("log", [&](YamlFields& s) {
     s.Get("level", &job->log_level, {"trace", "debug", "info", "warn", "error", "off"});
   });

@@ -11,6 +11,7 @@
 #include "common/config/consistency_config.h"
 #include "common/config/security_config.h"
 #include "common/config/limits_config.h"
+#include "common/config/metrics_config.h"
 #include "common/config/table_config.h"
 
 namespace osprey::config {
@@ -37,6 +38,7 @@ struct PsConfig {
   CheckpointConfig checkpoint;
   SecurityConfig security;
   LimitsConfig limits;  // what one peer may ask of a server (limits_config.h)
+  MetricsConfig metrics;  // the Prometheus exposer of each binary (metrics_config.h)
   std::string log_level = "info";
 
   // Index of the table called `name` or -1.
