@@ -74,9 +74,7 @@ Status Coordinator::WaitFor(std::chrono::milliseconds timeout) {
 
 proto::ClusterState Coordinator::State() const {
   MutexLock lock(&mu_);
-  proto::ClusterState s = state_.Snapshot();
-  s.set_metrics_endpoint(metrics_endpoint_);
-  return s;
+  return state_.Snapshot();
 }
 
 std::vector<JobState::HeartbeatAge> Coordinator::HeartbeatAges() const {
@@ -91,7 +89,7 @@ size_t Coordinator::barrier_waiters() const {
 
 void Coordinator::SetMetricsEndpoint(std::string url) {
   MutexLock lock(&mu_);
-  metrics_endpoint_ = std::move(url);
+  state_.set_metrics_endpoint(std::move(url));
 }
 
 void Coordinator::UpdateOverLocked() {

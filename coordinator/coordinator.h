@@ -112,7 +112,6 @@ class Coordinator {
   bool over_ GUARDED_BY(mu_) = false;
   bool started_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
-  std::string metrics_endpoint_ GUARDED_BY(mu_);
 
   std::atomic<uint64_t> bad_requests_{0};
   RefusalLog refusals_;  // logs the first refusal of each op

@@ -16,7 +16,8 @@ void ExportCoordinatorMetrics(const Coordinator* coord, metrics::Registry* regis
   registry->AddCallback(Kind::kGauge, "osprey_coordinator_nodes",
                         "Registered nodes by role and liveness.", [coord] {
     int counts[2][2] = {{0, 0}, {0, 0}};  // [server?][alive?]
-    for (const proto::NodeState& n : coord->State().nodes()) {
+    const proto::ClusterState state = coord->State();  // the loop reads into it
+    for (const proto::NodeState& n : state.nodes()) {
       ++counts[n.role() == proto::ROLE_SERVER ? 1 : 0][n.alive() ? 1 : 0];
     }
     std::vector<Sample> out;
@@ -55,7 +56,8 @@ void ExportCoordinatorMetrics(const Coordinator* coord, metrics::Registry* regis
   registry->AddCallback(Kind::kGauge, "osprey_coordinator_node_clock",
                         "A worker's step, from its heartbeats.", [coord] {
     std::vector<Sample> out;
-    for (const proto::NodeState& n : coord->State().nodes()) {
+    const proto::ClusterState state = coord->State();  // the loop reads into it
+    for (const proto::NodeState& n : state.nodes()) {
       if (n.role() != proto::ROLE_WORKER) continue;
       Sample s;
       s.labels = {{"rank", std::to_string(n.rank())}};
@@ -67,7 +69,8 @@ void ExportCoordinatorMetrics(const Coordinator* coord, metrics::Registry* regis
   registry->AddCallback(Kind::kCounter, "osprey_coordinator_node_samples_total",
                         "A worker's samples trained, from its heartbeats.", [coord] {
     std::vector<Sample> out;
-    for (const proto::NodeState& n : coord->State().nodes()) {
+    const proto::ClusterState state = coord->State();  // the loop reads into it
+    for (const proto::NodeState& n : state.nodes()) {
       if (n.role() != proto::ROLE_WORKER) continue;
       Sample s;
       s.labels = {{"rank", std::to_string(n.rank())}};

@@ -507,6 +507,7 @@ proto::ClusterState JobState::Snapshot() const {
   s.set_num_servers(cluster_.num_servers);
   s.set_num_workers(cluster_.num_workers);
   s.set_failure(failure_);
+  s.set_metrics_endpoint(metrics_endpoint_);
   return s;
 }
 

@@ -108,6 +108,8 @@ class JobState {
   std::vector<HeartbeatAge> HeartbeatAges(Clock::time_point now) const;
   // Requests waiting at a barrier now, all barriers together.
   size_t barrier_waiters() const;
+  // The coordinator's own metrics URL, carried by every later Snapshot().
+  void set_metrics_endpoint(std::string url) { metrics_endpoint_ = std::move(url); }
 
  private:
   struct Node {
@@ -154,6 +156,7 @@ class JobState {
   std::vector<Node> servers_;  // registration order; index == rank after rendezvous
   std::vector<Node> workers_;
   bool rendezvous_complete_ = false;
+  std::string metrics_endpoint_;
   // (barrier name, role) -> rank -> waiting request
   std::map<std::pair<std::string, int>, std::map<int, ReplyAddress>> barriers_;
   std::map<int, proto::WorkerReport> reports_;  // by worker rank
