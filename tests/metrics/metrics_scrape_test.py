@@ -30,6 +30,9 @@ def main():
             check(total(first["server-0"], fam) > 0, "server-0 %s is 0 or missing" % fam)
         check(first["coordinator"].get(("osprey_coordinator_nodes", '{role="worker",state="live"}')) == 2,
               "coordinator live workers: %s" % first["coordinator"])
+        ages = [v for (n, _), v in first["coordinator"].items() if n == "osprey_coordinator_heartbeat_age_seconds"]
+        check(len(ages) == 4 and all(0 <= a < 5 for a in ages), "heartbeat ages per node: %s" % ages)
+        check(total(first["worker-0"], "osprey_worker_step_duration_seconds_count") > 0, "no step observed")
         # Counters move: scrape every endpoint until the job ends, keeping the last answer.
         last = dict(first)
         moved = set()
