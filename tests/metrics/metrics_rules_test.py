@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 
 from metrics_util import PROMTOOL, SOURCE_DIR, check
@@ -16,6 +17,7 @@ PENDING = {"osprey_worker_cache_hits_total", "osprey_worker_cache_lookups_total"
 
 
 def promtool(*args):
+    check(shutil.which(PROMTOOL) is not None, "no promtool (%s): deploy/install-deps.sh installs prometheus" % PROMTOOL)
     p = subprocess.run([PROMTOOL] + list(args), capture_output=True, text=True, cwd=os.path.join(DEPLOY, "prometheus"))
     check(p.returncode == 0, "promtool %s: rc %d\n%s%s" % (" ".join(args), p.returncode, p.stdout, p.stderr))
     return p.stdout

@@ -2,6 +2,7 @@
 its endpoints, scrape and parse the Prometheus text format, wait on conditions with a deadline."""
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -74,6 +75,7 @@ def scrape(url, timeout=2.0):
 
 
 def promtool_check(text, who):
+    check(shutil.which(PROMTOOL) is not None, "no promtool (%s): deploy/install-deps.sh installs prometheus" % PROMTOOL)
     p = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
     check(p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(),
           "promtool check metrics on %s: rc %d\n%s%s" % (who, p.returncode, p.stdout, p.stderr))
