@@ -80,6 +80,21 @@ proto::ClusterState Coordinator::State() const {
   return state;
 }
 
+std::vector<JobState::HeartbeatAge> Coordinator::HeartbeatAges() const {
+  MutexLock lock(&mu_);
+  return state_.HeartbeatAges(Clock::now());
+}
+
+size_t Coordinator::barrier_waiters() const {
+  MutexLock lock(&mu_);
+  return state_.barrier_waiters();
+}
+
+void Coordinator::SetMetricsEndpoint(std::string url) {
+  MutexLock lock(&mu_);
+  state_.set_metrics_endpoint(std::move(url));
+}
+
 void Coordinator::UpdateOverLocked() {
   if (!over_ && state_.over(Clock::now())) {
     over_ = true;

@@ -75,6 +75,12 @@ class Coordinator {
   uint64_t bad_requests() const { return bad_requests_.load(); }
   // Requests refused for the sender's role (see Authorize); also counted in bad_requests().
   uint64_t refused() const { return refusals_.total(); }
+  // For the metrics (coordinator_metrics.h): seconds since each node's last heartbeat, and the
+  // requests waiting at barriers now.
+  std::vector<JobState::HeartbeatAge> HeartbeatAges() const EXCLUDES(mu_);
+  size_t barrier_waiters() const EXCLUDES(mu_);
+  // The coordinator's own metrics URL, carried by every later State() (the launcher prints it).
+  void SetMetricsEndpoint(std::string url) EXCLUDES(mu_);
 
  private:
   void Handle(Message&& msg);

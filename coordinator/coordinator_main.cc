@@ -15,6 +15,8 @@
 #include "common/rdma/startup_check.h"
 #include "common/transport.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_metrics.h"
+#include "common/metrics/metrics.h"
 #include "coordinator/final_state.h"
 
 namespace {
@@ -60,10 +62,26 @@ int Run(const Flags& flags) {
     OSPREY_LOG_ERROR("cannot listen on {}: {}", endpoint, bound.status().ToString());
     return 1;
   }
+  // Metrics (metrics.port >= 0): declared after coord, so the exposer stops before it.
+  metrics::Registry registry;
+  std::unique_ptr<metrics::Exposer> exposer;
+  if (config->metrics.enabled()) {
+    coordinator::ExportCoordinatorMetrics(&coord, &registry);
+    auto started = metrics::Exposer::Start({config->metrics.bind, config->metrics.port}, &registry);
+    if (!started.ok()) {
+      OSPREY_LOG_ERROR("{}", started.status().ToString());
+      coord.Stop();
+      return 1;
+    }
+    exposer = std::move(*started);
+    coord.SetMetricsEndpoint(exposer->url());
+    OSPREY_LOG_INFO("metrics on {}", exposer->url());
+  }
   std::printf("osprey-coordinator listening on %s\n", bound->c_str());
   std::fflush(stdout);
   Status result = coord.Wait();
   proto::ClusterState final_state = coord.State();
+  exposer.reset();
   coord.Stop();
   if (!flags.final_state.empty()) {
     Status written = coordinator::WriteFinalState(flags.final_state, final_state);

@@ -142,6 +142,7 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
   node.endpoint = req.endpoint();
   node.host = req.host();
   node.pid = req.pid();
+  node.metrics_endpoint = req.metrics_endpoint();
   node.sends_report = req.role() == proto::ROLE_SERVER && req.sends_server_report();
   node.pending_register = from;
   std::vector<Node>& nodes = NodesOf(req.role());
@@ -496,6 +497,7 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_samples(n.samples);
       ns->set_heartbeats(n.heartbeats);
       ns->set_endpoint(n.endpoint);
+      ns->set_metrics_endpoint(n.metrics_endpoint);
     }
   }
   s.set_shutting_down(shutting_down_);
@@ -505,6 +507,7 @@ proto::ClusterState JobState::Snapshot() const {
   s.set_num_servers(cluster_.num_servers);
   s.set_num_workers(cluster_.num_workers);
   s.set_failure(failure_);
+  s.set_metrics_endpoint(metrics_endpoint_);
   return s;
 }
 
@@ -522,6 +525,27 @@ std::string JobState::MissingNodes() const {
     }
   }
   return text + " (registered: " + (seen.empty() ? "none" : seen) + ")";
+}
+
+}  // namespace osprey::coordinator
+
+namespace osprey::coordinator {
+
+std::vector<JobState::HeartbeatAge> JobState::HeartbeatAges(Clock::time_point now) const {
+  std::vector<HeartbeatAge> out;
+  if (!rendezvous_complete_) return out;
+  for (const std::vector<Node>* nodes : {&servers_, &workers_}) {
+    for (const Node& n : *nodes) {
+      out.push_back({n.role, n.rank, n.alive, std::chrono::duration<double>(now - n.last_seen).count()});
+    }
+  }
+  return out;
+}
+
+size_t JobState::barrier_waiters() const {
+  size_t n = 0;
+  for (const auto& [key, waiting] : barriers_) n += waiting.size();
+  return n;
 }
 
 }  // namespace osprey::coordinator

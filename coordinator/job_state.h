@@ -97,12 +97,27 @@ class JobState {
   // OK for a job whose every live worker reported; Aborted naming the failure otherwise.
   Status result() const;
 
+  // Seconds since each registered node's last heartbeat (the metrics' heartbeat lag); empty
+  // before the rendezvous.
+  struct HeartbeatAge {
+    proto::Role role;
+    int rank;
+    bool alive;
+    double seconds;
+  };
+  std::vector<HeartbeatAge> HeartbeatAges(Clock::time_point now) const;
+  // Requests waiting at a barrier now, all barriers together.
+  size_t barrier_waiters() const;
+  // The coordinator's own metrics URL, carried by every later Snapshot().
+  void set_metrics_endpoint(std::string url) { metrics_endpoint_ = std::move(url); }
+
  private:
   struct Node {
     proto::Role role = proto::ROLE_UNSPECIFIED;
     int rank = -1;  // assigned at rendezvous
     int requested_rank = -1;
     std::string endpoint;
+    std::string metrics_endpoint;
     std::string host;
     int pid = 0;
     ReplyAddress pending_register;
@@ -141,6 +156,7 @@ class JobState {
   std::vector<Node> servers_;  // registration order; index == rank after rendezvous
   std::vector<Node> workers_;
   bool rendezvous_complete_ = false;
+  std::string metrics_endpoint_;
   // (barrier name, role) -> rank -> waiting request
   std::map<std::pair<std::string, int>, std::map<int, ReplyAddress>> barriers_;
   std::map<int, proto::WorkerReport> reports_;  // by worker rank

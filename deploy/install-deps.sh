@@ -16,6 +16,7 @@ pkgs=(
   libhiredis-dev redis-server
   libibverbs-dev librdmacm-dev
   python3 procps
+  prometheus-cpp-dev prometheus  # common/metrics' exposer; Prometheus + promtool for its tests
 )
 
 missing=()

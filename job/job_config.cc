@@ -76,6 +76,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
   f.Section("limits", [&](YamlFields& s) { ParseLimits(s, &job->limits); });
   f.Section("rdma", [&](YamlFields& s) { ParseRdma(s, &job->rdma); });
   f.Section("store", [&](YamlFields& s) { ParseStore(s, &job->store); });
+  f.Section("metrics", [&](YamlFields& s) { ParseMetrics(s, &job->metrics); });
   f.Section("log", [&](YamlFields& s) {
     s.Get("level", &job->log_level, {"trace", "debug", "info", "warn", "error", "off"});
   });

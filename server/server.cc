@@ -97,7 +97,23 @@ StatusOr<std::string> Server::CheckpointLocked(const std::string& dir, int64_t c
     meta.table_states.push_back(l != nullptr ? l->SaveState(NowUs()) : std::string());
   }
   meta.clock = clock;
-  return WriteCheckpoint(dir, meta, *store_);
+  const int64_t start_us = NowUs();
+  StatusOr<std::string> written = WriteCheckpoint(dir, meta, *store_);
+  if (written.ok() && metrics_ != nullptr) {
+    const double unix_now = std::chrono::duration<double>(
+        std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_->OnCheckpoint(static_cast<double>(NowUs() - start_us) * 1e-6, unix_now);
+  }
+  return written;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Server::rows_per_table() const {
+  MutexLock work(&work_mu_);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t i = 0; i < tables_.size() && i < table_configs_.size(); ++i) {
+    out.emplace_back(table_configs_[i].name, store_->num_rows(static_cast<uint32_t>(i)));
+  }
+  return out;
 }
 
 void Server::TimerLoop() {
@@ -206,7 +222,11 @@ void Server::Handle(Message&& msg) {
   Buffer values;
   bool answered_later = false;
   MutexLock work(&work_mu_);
+  const int64_t start_us = metrics_ != nullptr ? NowUs() : 0;
   Status s = Execute(*header, msg, &reply, &values, &answered_later);
+  if (metrics_ != nullptr) {
+    metrics_->OnRequest(header->op(), header->table(), static_cast<double>(NowUs() - start_us) * 1e-6);
+  }
   if (s.code() == StatusCode::kPermissionDenied) {
     Refuse(msg, *header, s, Refusal::kCheckpointDir);
   } else if (!s.ok()) {

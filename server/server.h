@@ -37,6 +37,7 @@
 #include "common/transport.h"
 #include "proto/wire.h"
 #include "server/checkpoint_scheduler.h"
+#include "server/server_metrics.h"
 #include "server/codec_decode.h"
 #include "common/refusal_log.h"
 #include "server/op_auth.h"
@@ -130,6 +131,12 @@ class Server : private Replier {
   void Stop() EXCLUDES(work_mu_);
 
   ServerStatsSnapshot stats() const;
+  // Metrics (server_metrics.h): with a registry, Activate resolves per-table handles and every
+  // handled request and checkpoint is counted there. Call before Listen; `registry` must outlive
+  // the server.
+  void SetMetrics(metrics::Registry* registry) { metrics_registry_ = registry; }
+  // (table name, rows of this server's shard) of every table; empty before Activate.
+  std::vector<std::pair<std::string, uint64_t>> rows_per_table() const EXCLUDES(work_mu_);
   int rank() const { return rank_.load(std::memory_order_acquire); }
   // Compressed pushes decoded so far (frames, bytes, time); readable from any thread.
   const DecodeStats& decode_stats() const { return decode_stats_; }
@@ -217,6 +224,8 @@ class Server : private Replier {
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
   DecodeStats decode_stats_;
+  metrics::Registry* metrics_registry_ = nullptr;  // set before Listen, then read only
+  std::unique_ptr<ServerMetrics> metrics_ GUARDED_BY(work_mu_);  // from Activate, with a registry
 };
 
 }  // namespace osprey::server

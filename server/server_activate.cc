@@ -44,6 +44,11 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
     num_servers_ = map.server_endpoints_size();
     OSPREY_RETURN_IF_ERROR(CreateTables(map, tables, &timer));
     table_configs_ = tables;
+    if (metrics_registry_ != nullptr) {
+      std::vector<std::string> names;
+      for (const config::TableConfig& t : tables) names.push_back(t.name);
+      metrics_ = std::make_unique<ServerMetrics>(metrics_registry_, names);
+    }
     OSPREY_RETURN_IF_ERROR(RestoreLocked(map));
     scheduler_ = std::make_unique<CheckpointScheduler>(
         static_cast<Replier*>(this),

@@ -23,6 +23,8 @@
 #include "coordinator/coordinator_client.h"
 #include "server/redis/job_store.h"
 #include "server/server.h"
+#include "server/server_metrics.h"
+#include "common/metrics/metrics.h"
 
 namespace {
 
@@ -76,7 +78,8 @@ osprey::proto::ServerReport MakeServerReport(int rank, const osprey::server::Ser
 using namespace osprey;  // NOLINT: this file's helpers, as main
 
 StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* coord,
-                                              const std::string& endpoint, int timeout_ms) {
+                                              const std::string& endpoint,
+                                              const std::string& metrics_endpoint, int timeout_ms) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_SERVER);
   req.set_endpoint(endpoint);
@@ -84,6 +87,7 @@ StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* co
   req.set_pid(getpid());
   req.set_requested_rank(-1);
   req.set_sends_server_report(true);
+  req.set_metrics_endpoint(metrics_endpoint);
   return coord->Register(req, timeout_ms);
 }
 
@@ -183,7 +187,16 @@ int main(int argc, char** argv) {
   auto store = server::MakeJobStore(job->store);
   if (!store.ok()) return Fail(store.status(), "store");
   OSPREY_LOG_INFO("store: {}", config::StoreName(job->store));
+  metrics::Registry registry;  // outlives srv, which counts into it
   server::Server srv(std::move(*transport), std::move(store->store));
+  std::unique_ptr<metrics::Exposer> exposer;  // stops before srv, whose stats it reads
+  if (job->metrics.enabled()) {
+    srv.SetMetrics(&registry);
+    server::ExportServerStats(&srv, &registry);
+    auto started = metrics::Exposer::Start({job->metrics.bind, job->metrics.port}, &registry);
+    if (!started.ok()) return Fail(started.status(), "metrics");
+    exposer = std::move(*started);
+  }
   srv.SetRolesRequired(job->security.mode == config::SecurityMode::kCurve);
   srv.SetLimits(job->limits);
   auto bound = srv.Listen(listen.empty() ? DefaultEndpoint(job->cluster) : listen);
@@ -193,7 +206,8 @@ int main(int argc, char** argv) {
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
-  auto reg = RegisterServer(coord->get(), *bound, job->cluster.startup_timeout_ms);
+  auto reg = RegisterServer(coord->get(), *bound, exposer ? exposer->url() : "",
+                            job->cluster.startup_timeout_ms);
   if (!reg.ok()) return Fail(reg.status(), "register");
   // Every worker is live at the start (all registered before the reply); heartbeats update it.
   std::vector<int> workers(static_cast<size_t>(std::max(0, reg->num_workers())));
@@ -206,6 +220,7 @@ int main(int argc, char** argv) {
   s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
   if (!s.ok()) return Fail(s, "activate");
   OSPREY_LOG_INFO("server {} of {} serving on {}", reg->rank(), reg->num_servers(), *bound);
+  if (exposer) OSPREY_LOG_INFO("server {} metrics on {}", reg->rank(), exposer->url());
 
   std::atomic<bool> finished{false};
   std::atomic<bool> lost{false};
@@ -230,6 +245,7 @@ int main(int argc, char** argv) {
     }
   }
   (*coord)->Stop();
+  exposer.reset();
   srv.Stop();
   return lost.load() ? 1 : 0;
 }

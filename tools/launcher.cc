@@ -23,6 +23,7 @@
 #include "tools/child_process.h"
 #include "tools/local_redis.h"
 #include "tools/paths.h"
+#include "tools/metrics_endpoints.h"
 #include "tools/progress.h"
 #include "tools/report.h"
 
@@ -40,9 +41,15 @@ constexpr std::chrono::seconds kPlainLineEvery(5);
 constexpr int kTailLines = 20;
 constexpr int kPollTimeoutMs = 1000;
 
+// --metrics: metrics.port=0 first, so that a --set of the user's own still wins.
+LaunchOptions WithMetricsPort(LaunchOptions o) {
+  if (o.metrics) o.sets.insert(o.sets.begin(), "metrics.port=0");
+  return o;
+}
+
 class Launcher {
  public:
-  explicit Launcher(const LaunchOptions& options) : o_(options), start_(Clock::now()) {}
+  explicit Launcher(const LaunchOptions& options) : o_(WithMetricsPort(options)), start_(Clock::now()) {}
   int Run();
 
  private:
@@ -82,6 +89,7 @@ class Launcher {
   bool tty_ = false;
   bool line_on_screen_ = false;
   bool done_seen_ = false;
+  bool metrics_printed_ = false;
   Clock::time_point last_change_;
   Clock::time_point done_at_;
   Clock::time_point last_plain_line_;
@@ -323,6 +331,16 @@ void Launcher::Poll(Clock::time_point now) {
     done_at_ = now;
   }
   state_ = std::move(state).value();
+  if (!metrics_printed_ && config_.metrics.enabled()) {
+    const std::string text = MetricsEndpointsText(*state_);
+    if (!text.empty()) {
+      metrics_printed_ = true;
+      ClearProgress();
+      std::fprintf(stderr, "osprey launch: metrics endpoints:\n%s", text.c_str());
+      Status st = coordinator::WriteFileAtomically(log_dir_ + "/metrics_endpoints.txt", text);
+      if (!st.ok()) std::fprintf(stderr, "osprey launch: %s\n", st.ToString().c_str());
+    }
+  }
   ShowProgress(now);
 }
 

@@ -46,6 +46,10 @@ struct LaunchOptions {
   bool quiet = false;
   int stall_timeout_s = 300;
   int poll_interval_ms = 500;
+  // --metrics: every process serves Prometheus metrics on a free port (metrics.port=0, unless
+  // --set gives one); once all registered, the URLs are printed on stderr and written to
+  // LOG_DIR/metrics_endpoints.txt ("NAME URL" lines: coordinator, server-R, worker-R).
+  bool metrics = false;
 };
 
 // Runs the job; returns the exit code (0 success, 1 job failure, 2 bad config / setup,

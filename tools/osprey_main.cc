@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
                          "resume from this checkpoint directory (passed to every server; the "
                          "checkpoint may come from another server count)");
   launch_cmd->add_flag("--quiet", launch.quiet, "no progress line");
+  launch_cmd->add_flag("--metrics", launch.metrics,
+                       "serve Prometheus metrics from every process and print the endpoints");
   launch_cmd->add_option("--stall-timeout", launch.stall_timeout_s,
                          "fail when nothing moved for this many seconds (0: never)")
       ->check(CLI::NonNegativeNumber)

@@ -8,6 +8,7 @@
 #include "worker/data/metrics.h"
 #include "worker/data/synthetic.h"
 #include "worker/models/model_factory.h"
+#include "worker/worker_metrics.h"
 
 namespace osprey::worker {
 namespace {
@@ -74,6 +75,10 @@ StatusOr<std::unique_ptr<DataSource>> MakeDataSource(const config::JobConfig& jo
 
 Trainer::Trainer(const config::JobConfig& job, int rank, int num_workers, Client* client)
     : job_(job), rank_(rank), num_workers_(num_workers), client_(client) {}
+
+void Trainer::SetMetrics(metrics::Registry* registry) {
+  step_metrics_ = std::make_unique<StepMetrics>(registry);
+}
 
 Trainer::~Trainer() {
   // The client owns the compressor: it goes back to fp32 dense pushes, as before Init (this
@@ -201,7 +206,13 @@ Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
   auto start = std::chrono::steady_clock::now();
   data::Batch batch;
   for (int64_t i = 0; i < job_.train.steps; ++i) {
+    const StepTimes before = times_;
+    const auto step_start = std::chrono::steady_clock::now();
     Status s = Step(&batch);
+    if (step_metrics_ != nullptr && s.ok()) {
+      step_metrics_->OnStep(before, times_, std::chrono::duration<double>(
+                                                std::chrono::steady_clock::now() - step_start).count());
+    }
     if (s.code() == StatusCode::kOutOfRange) break;
     OSPREY_RETURN_IF_ERROR(s);
     if (on_log && (i + 1) % job_.train.log_every_steps == 0) on_log(progress());

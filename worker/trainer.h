@@ -23,7 +23,13 @@
 #include "worker/models/model.h"
 #include "osprey.pb.h"
 
+namespace osprey::metrics {
+class Registry;
+}  // namespace osprey::metrics
+
 namespace osprey::worker {
+
+class StepMetrics;  // worker_metrics.h
 
 // Where batches come from: the synthetic planted-model generator or Criteo TSV files.
 class DataSource {
@@ -77,6 +83,9 @@ class TrainLoop {
   virtual double train_seconds() const = 0;
   // Adds this loop's statistics (compression, step-time breakdown, cache, device) to *report.
   virtual void FillReport(proto::WorkerReport* report) const = 0;
+  // Per-step metrics (worker_metrics.h) into `registry`, which must outlive the loop; call
+  // before Run. Loops that do not count per step ignore it.
+  virtual void SetMetrics(metrics::Registry* registry) {}
 };
 
 // Shared by both loops: AUC and logloss of held-out predictions, and the oracle's AUC when the
@@ -104,6 +113,7 @@ class Trainer final : public TrainLoop {
   Progress progress() const override;
   double train_seconds() const override { return train_seconds_; }
   void FillReport(proto::WorkerReport* report) const override;
+  void SetMetrics(metrics::Registry* registry) override;
   // Dense push compression so far (all zero when the dense table is not compressed).
   CompressionStats compression_stats() const;
   StepTimes step_times() const { return times_; }
@@ -138,6 +148,7 @@ class Trainer final : public TrainLoop {
   std::atomic<double> loss_{0};
   double train_seconds_ = 0;
   StepTimes times_;
+  std::unique_ptr<StepMetrics> step_metrics_;  // null unless SetMetrics
 };
 
 }  // namespace osprey::worker

@@ -21,6 +21,8 @@
 #include "worker/client/client.h"
 #include "worker/gpu_trainer.h"
 #include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+#include "common/metrics/metrics.h"
 
 namespace {
 
@@ -32,7 +34,8 @@ int Fail(const Status& s, const char* what) {
 }
 
 // Registers this process as a worker; the reply carries the rank and the shard map.
-StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job) {
+StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job,
+                                        const std::string& metrics_endpoint) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_WORKER);
   char hostname[256] = "localhost";
@@ -40,6 +43,7 @@ StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, c
   req.set_host(hostname);
   req.set_pid(getpid());
   req.set_requested_rank(-1);
+  req.set_metrics_endpoint(metrics_endpoint);
   return coord->Register(req, job.cluster.startup_timeout_ms);
 }
 
@@ -182,7 +186,17 @@ int main(int argc, char** argv) {
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job.cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
-  auto reg = Register(coord->get(), job);
+  // Metrics: served from before registration (the coordinator learns the URL), filled with the
+  // loop's families once it exists; the guard below stops the exposer before the loop and the
+  // client it reads are destroyed.
+  metrics::Registry registry;
+  std::unique_ptr<metrics::Exposer> exposer;
+  if (job.metrics.enabled()) {
+    auto started = metrics::Exposer::Start({job.metrics.bind, job.metrics.port}, &registry);
+    if (!started.ok()) return Fail(started.status(), "metrics");
+    exposer = std::move(*started);
+  }
+  auto reg = Register(coord->get(), job, exposer ? exposer->url() : "");
   if (!reg.ok()) return Fail(reg.status(), "register");
   const int rank = reg->rank();
   const int num_workers = reg->num_workers();
@@ -203,6 +217,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::unique_ptr<worker::TrainLoop> trainer = std::move(*made);
+  struct StopExposer {
+    std::unique_ptr<metrics::Exposer>* exposer;
+    ~StopExposer() { exposer->reset(); }
+  } stop_exposer{&exposer};
+  if (exposer) {
+    std::vector<std::pair<std::string, uint32_t>> tables;
+    for (const config::TableConfig& t : job.tables) {
+      if (auto id = client.TableId(t.name); id.ok()) tables.emplace_back(t.name, *id);
+    }
+    trainer->SetMetrics(&registry);
+    worker::ExportWorkerMetrics(trainer.get(), &client, std::move(tables), &registry);
+    OSPREY_LOG_INFO("worker {} metrics on {}", rank, exposer->url());
+  }
   std::atomic<bool> aborted{false};
   s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &client, &aborted);
   if (!s.ok()) return Fail(s, "heartbeats");

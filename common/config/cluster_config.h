@@ -13,6 +13,7 @@
 #include "common/config/limits_config.h"
 #include "common/config/rdma_config.h"
 #include "common/config/store_config.h"
+#include "common/config/metrics_config.h"
 #include "common/config/table_config.h"
 
 namespace osprey::config {
@@ -45,6 +46,7 @@ struct PsConfig {
   LimitsConfig limits;  // what one peer may ask of a server (limits_config.h)
   RdmaConfig rdma;      // cluster.transport rdma (rdma_config.h)
   StoreConfig store;    // where servers keep parameters: native | redis (store_config.h)
+  MetricsConfig metrics;  // the Prometheus exposer of each binary (metrics_config.h)
   std::string log_level = "info";
 
   // Index of the table called `name` or -1.

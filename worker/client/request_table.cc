@@ -8,6 +8,8 @@ RequestTable::RequestTable(int timeout_ms, int max_inflight, size_t num_tables, 
     : timeout_ms_(timeout_ms), max_inflight_(max_inflight), describe_(std::move(describe)) {
   MutexLock lock(&mu_);
   versions_.assign(num_tables, 0);
+  stats_.bytes_pushed_by_table.assign(num_tables, 0);
+  stats_.bytes_pulled_by_table.assign(num_tables, 0);
 }
 
 Ticket RequestTable::Open(proto::Op op, uint32_t table, Status immediate) {
@@ -62,6 +64,7 @@ uint64_t RequestTable::Admit(Ticket ticket, int server, size_t expect_bytes, std
   ++inflight_;
   ++stats_.requests;
   stats_.bytes_pushed += push_bytes;
+  if (t->table < stats_.bytes_pushed_by_table.size()) stats_.bytes_pushed_by_table[t->table] += push_bytes;
   return id;
 }
 
@@ -108,6 +111,7 @@ void RequestTable::OnReply(const proto::Header& header, Buffer values) {
       FailLocked(t, s.WithContext(describe_(t->op, t->table) + " on server " + std::to_string(r->server)));
     } else if (r->sink != nullptr) {
       stats_.bytes_pulled += values.size();
+      if (t->table < stats_.bytes_pulled_by_table.size()) stats_.bytes_pulled_by_table[t->table] += values.size();
       r->reply = std::move(values);  // a view of the received frame: no copy here
       t->arrived.push_back(std::move(r));
     }

@@ -42,6 +42,9 @@ struct ClientStats {
   uint64_t bytes_pushed = 0;  // all frames of push/init requests
   uint64_t bytes_pulled = 0;  // values frames of pull replies
   uint64_t errors = 0;
+  // The same two by table id (push/init bytes; pull reply values), for the metrics.
+  std::vector<uint64_t> bytes_pushed_by_table;
+  std::vector<uint64_t> bytes_pulled_by_table;
 };
 
 // Takes the values frame of one message's reply into the caller's memory; called by Wait on the

@@ -1,0 +1,13 @@
+#include "common/config/metrics_config.h"
+
+#include "common/config/yaml_fields.h"
+
+namespace osprey::config {
+
+void ParseMetrics(YamlFields& f, MetricsConfig* m) {
+  f.Get("port", &m->port, -1, 65535);
+  f.Get("bind", &m->bind);
+  if (f.ok() && m->bind.empty()) f.Fail("bind", "must name an address (127.0.0.1, 0.0.0.0)");
+}
+
+}  // namespace osprey::config

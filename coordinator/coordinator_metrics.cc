@@ -1,0 +1,84 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <string>
+#include <vector>
+
+namespace osprey::coordinator {
+namespace {
+
+const char* RoleLabel(proto::Role role) { return role == proto::ROLE_SERVER ? "server" : "worker"; }
+
+}  // namespace
+
+void ExportCoordinatorMetrics(const Coordinator* coord, metrics::Registry* registry) {
+  using metrics::Kind;
+  using metrics::Sample;
+  registry->AddCallback(Kind::kGauge, "osprey_coordinator_nodes",
+                        "Registered nodes by role and liveness.", [coord] {
+    int counts[2][2] = {{0, 0}, {0, 0}};  // [server?][alive?]
+    const proto::ClusterState state = coord->State();  // the loop reads into it
+    for (const proto::NodeState& n : state.nodes()) {
+      ++counts[n.role() == proto::ROLE_SERVER ? 1 : 0][n.alive() ? 1 : 0];
+    }
+    std::vector<Sample> out;
+    for (int server = 0; server < 2; ++server) {
+      for (int alive = 0; alive < 2; ++alive) {
+        Sample s;
+        s.labels = {{"role", server ? "server" : "worker"}, {"state", alive ? "live" : "dead"}};
+        s.value = counts[server][alive];
+        out.push_back(s);
+      }
+    }
+    return out;
+  });
+  registry->AddValue(Kind::kGauge, "osprey_coordinator_epoch", "Epoch of the shard map.",
+                     [coord] { return static_cast<double>(coord->State().epoch()); });
+  registry->AddValue(Kind::kGauge, "osprey_coordinator_barrier_waiters",
+                     "Requests waiting at a barrier now.",
+                     [coord] { return static_cast<double>(coord->barrier_waiters()); });
+  registry->AddValue(Kind::kCounter, "osprey_coordinator_bad_requests_total",
+                     "Malformed or refused messages.",
+                     [coord] { return static_cast<double>(coord->bad_requests()); });
+  registry->AddValue(Kind::kGauge, "osprey_coordinator_worker_reports",
+                     "Final worker reports received.",
+                     [coord] { return static_cast<double>(coord->State().reports_size()); });
+  registry->AddCallback(Kind::kGauge, "osprey_coordinator_heartbeat_age_seconds",
+                        "Seconds since the node's last heartbeat (its heartbeat lag).", [coord] {
+    std::vector<Sample> out;
+    for (const JobState::HeartbeatAge& a : coord->HeartbeatAges()) {
+      Sample s;
+      s.labels = {{"role", RoleLabel(a.role)}, {"rank", std::to_string(a.rank)}};
+      s.value = a.seconds;
+      out.push_back(s);
+    }
+    return out;
+  });
+  registry->AddCallback(Kind::kGauge, "osprey_coordinator_node_clock",
+                        "A worker's step, from its heartbeats.", [coord] {
+    std::vector<Sample> out;
+    const proto::ClusterState state = coord->State();  // the loop reads into it
+    for (const proto::NodeState& n : state.nodes()) {
+      if (n.role() != proto::ROLE_WORKER) continue;
+      Sample s;
+      s.labels = {{"rank", std::to_string(n.rank())}};
+      s.value = static_cast<double>(n.clock());
+      out.push_back(s);
+    }
+    return out;
+  });
+  registry->AddCallback(Kind::kCounter, "osprey_coordinator_node_samples_total",
+                        "A worker's samples trained, from its heartbeats.", [coord] {
+    std::vector<Sample> out;
+    const proto::ClusterState state = coord->State();  // the loop reads into it
+    for (const proto::NodeState& n : state.nodes()) {
+      if (n.role() != proto::ROLE_WORKER) continue;
+      Sample s;
+      s.labels = {{"rank", std::to_string(n.rank())}};
+      s.value = static_cast<double>(n.samples());
+      out.push_back(s);
+    }
+    return out;
+  });
+}
+
+}  // namespace osprey::coordinator
