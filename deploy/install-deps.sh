@@ -16,6 +16,8 @@ pkgs=(
   libhiredis-dev redis-server
   libibverbs-dev librdmacm-dev
   python3 procps
+  python3-venv  # deploy/venv.sh: kubernetes-validate and matplotlib from PyPI (deploy tests, plots)
+  slurmctld slurmd slurm-client munge  # the one-node Slurm cluster of tests/deploy/slurm_test.sh
 )
 
 missing=()

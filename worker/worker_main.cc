@@ -1,6 +1,6 @@
 // osprey-worker: trains the job's built-in model through the parameter servers.
 //
-//   osprey-worker --config JOB.yaml [--set key=value]...
+//   osprey-worker --config JOB.yaml [--set key=value]... [--rank N]
 //
 // Registers with the coordinator (which assigns the rank and hands out the shard map), trains
 // train.steps steps, meets the other workers at the "train-done" barrier, evaluates on the
@@ -32,14 +32,15 @@ int Fail(const Status& s, const char* what) {
 }
 
 // Registers this process as a worker; the reply carries the rank and the shard map.
-StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job) {
+StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job,
+                                        int rank) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_WORKER);
   char hostname[256] = "localhost";
   gethostname(hostname, sizeof(hostname) - 1);
   req.set_host(hostname);
   req.set_pid(getpid());
-  req.set_requested_rank(-1);
+  req.set_requested_rank(rank);
   return coord->Register(req, job.cluster.startup_timeout_ms);
 }
 
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
   CLI::App app{"osprey-worker: trains an Osprey job's model through the parameter servers"};
   config::NodeFlags flags;
   config::AddNodeFlags(&app, &flags);
+  config::AddRankFlag(&app, &flags);
   config::JobConfig loaded;
   if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-worker", &loaded); rc >= 0) return rc;
   const config::JobConfig& job = loaded;
@@ -181,7 +183,7 @@ int main(int argc, char** argv) {
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job.cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
-  auto reg = Register(coord->get(), job);
+  auto reg = Register(coord->get(), job, flags.rank);
   if (!reg.ok()) return Fail(reg.status(), "register");
   const int rank = reg->rank();
   const int num_workers = reg->num_workers();
