@@ -52,24 +52,29 @@ def plot_report(plt, data, path):
 def plot_transport(plt, rows, path):
     if not isinstance(rows, list) or not rows or "gbps" not in rows[0]:
         fail(2, "%s is not osprey-bench-transport --json output" % path)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    # One panel per transport; one colour per op, solid for Osprey, dashed for raw ZeroMQ.
     series = {}
     for r in rows:
         if r.get("bytes") is None or r.get("gbps") is None or r.get("case") not in ("dense", "raw_zmq"):
             continue
-        key = "%s %s %s" % ("Osprey" if r["case"] == "dense" else "raw ZeroMQ", r["transport"], r["op"])
-        series.setdefault(key, []).append((r["bytes"], r["gbps"]))
+        series.setdefault(r["transport"], {}).setdefault((r["op"], r["case"]), []).append(
+            (r["bytes"], r["gbps"]))
     if not series:
         fail(2, "%s has no dense or raw_zmq rows" % path)
-    for key, pts in sorted(series.items()):
-        pts.sort()
-        ax.plot([b for b, _ in pts], [g for _, g in pts], marker="o",
-                linestyle="-" if key.startswith("Osprey") else "--", label=key)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("GB/s")
-    ax.set_title("Transport: Osprey vs raw ZeroMQ")
-    ax.legend(fontsize=7)
+    ops = sorted({op for t in series.values() for op, _ in t})
+    colour = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(ops)}
+    fig, axes = plt.subplots(1, len(series), figsize=(6 * len(series), 4.5), squeeze=False)
+    for ax, (transport, by) in zip(axes[0], sorted(series.items())):
+        for (op, case), pts in sorted(by.items()):
+            pts.sort()
+            ax.plot([b for b, _ in pts], [g for _, g in pts], marker="o", color=colour[op],
+                    linestyle="-" if case == "dense" else "--",
+                    label=("Osprey " if case == "dense" else "raw ZeroMQ ") + op)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("GB/s")
+        ax.set_title("%s: Osprey (solid) vs raw ZeroMQ (dashed)" % transport)
+        ax.legend(fontsize=7)
     return fig
 
 
