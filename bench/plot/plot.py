@@ -109,6 +109,10 @@ def plot_dlrm(plt, rows, path):
     if not isinstance(rows, list) or not rows or "samples_per_sec" not in rows[0]:
         fail(2, "%s is not osprey-bench-dlrm --json output" % path)
     labels, osprey, ref = [], [], []
+    # The reference's own rows are drawn as the orange bar of the Osprey rows of their batch.
+    rows = [r for r in rows if "reference" not in str(r.get("case", ""))]
+    if not rows:
+        fail(2, "%s has no Osprey rows" % path)
     for r in rows:
         labels.append("%s gpus=%s b=%s c=%s" % (r.get("case"), r.get("gpus"), r.get("batch"),
                                                  r.get("cache_fraction")))
