@@ -2,9 +2,12 @@
 # deploy/k8s validates (kubernetes-validate --strict, and kustomize renderings where kubectl
 # exists), and a deliberately broken copy does not: an unknown field and a wrong type, each in its
 # own copy, each refused with the file named.
-#   usage: k8s_validate_test.sh SOURCE_DIR
+# The ConfigMap's job config is a valid job: `osprey launch` runs it here for 50 steps (the
+# coordinator, host and keys overridden for loopback).
+#   usage: k8s_validate_test.sh SOURCE_DIR BIN_DIR
 set -euo pipefail
 SRC=$1
+BIN=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "k8s_validate_test: FAILED: $*" >&2; exit 1; }
@@ -28,4 +31,12 @@ if bash "$SRC/deploy/k8s/validate.sh" "$tmp/type" >"$tmp/type.out" 2>&1; then
   cat "$tmp/type.out"; fail "a manifest with a string for an integer validated"
 fi
 grep -q "workers.yaml" "$tmp/type.out" || { cat "$tmp/type.out"; fail "the error does not name workers.yaml"; }
-echo "k8s_validate_test: OK (manifests validate; both broken copies refused)"
+VENV=$(bash "$SRC/deploy/venv.sh" | tail -n 1)
+"$VENV/bin/python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["job.yaml"])' \
+  "$SRC/deploy/k8s/configmap.yaml" >"$tmp/job.yaml" || fail "cannot read job.yaml from the ConfigMap"
+"$BIN/osprey" launch "$tmp/job.yaml" --quiet --log-dir "$tmp/job" \
+  --set cluster.coordinator=tcp://127.0.0.1:0 --set cluster.host=127.0.0.1 \
+  --set security.keys_dir= --set train.steps=50 --set train.eval_samples=2000 >"$tmp/launch.out" 2>&1 ||
+  { tail -n 30 "$tmp/launch.out"; fail "the ConfigMap's job config does not run"; }
+grep -q "held-out AUC" "$tmp/launch.out" || fail "the ConfigMap's job printed no report"
+echo "k8s_validate_test: OK (manifests validate; both broken copies refused; the ConfigMap's job runs)"

@@ -31,6 +31,8 @@ fail() {
   echo "slurm_test: state kept in $T" >&2
   exit 1
 }
+trap 'stop_all; exit 1' TERM INT HUP
+
 # wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.2 s.
 wait_for() {
   local secs=$1 what=$2
