@@ -137,6 +137,11 @@ assert r["server_reports"] == 2, r["server_reports"]
 print("slurm_test: report: AUC %.4f (oracle %.4f), %d steps, %.0f samples/s" %
       (r["auc"], r["oracle_auc"], r["steps"], r["samples_per_sec"]))
 PY
+# Ranks come from the Slurm task ids (--rank): task t's log is server t's.
+for t in 0 1; do
+  grep -q "server $t of 2 serving on" "$JOB_DIR/server-$t.log" ||
+    fail "server task $t did not register as rank $t (--rank \$SLURM_PROCID)"
+done
 grep -q "security: curve" "$JOB_DIR/coordinator.log" ||
   fail "the coordinator's log does not say it ran with CURVE"
 stop_all
