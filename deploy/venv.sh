@@ -16,7 +16,14 @@ if [ -x "$VENV/bin/python" ] && check; then
   exit 0
 fi
 mkdir -p "$(dirname "$VENV")"
-python3 -m venv "$VENV" >&2
+# Tests run in parallel: one makes the venv, the others wait for it (flock, util-linux).
+exec 9>"$VENV.lock"
+flock 9
+if [ -x "$VENV/bin/python" ] && check; then
+  echo "$VENV"
+  exit 0
+fi
+python3 -m venv --clear "$VENV" >&2
 LOG=$VENV/pip.log
 if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
     'kubernetes-validate>=1.28' 'matplotlib>=3.6' >"$LOG" 2>&1; then
