@@ -17,6 +17,8 @@ pkgs=(
   libibverbs-dev librdmacm-dev
   python3 procps
   prometheus-cpp-dev prometheus  # common/metrics' exposer; Prometheus + promtool for its tests
+  python3-venv  # deploy/venv.sh: kubernetes-validate and matplotlib from PyPI (deploy tests, plots)
+  slurmctld slurmd slurm-client munge  # the one-node Slurm cluster of tests/deploy/slurm_test.sh
 )
 
 missing=()

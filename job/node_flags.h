@@ -19,6 +19,7 @@ inline constexpr int kExitUsage = 2;
 struct NodeFlags {
   std::string config;
   std::vector<std::string> sets;
+  int rank = -1;  // --rank (servers, workers): the rank to ask the coordinator for; -1 any free
 };
 
 // Adds --config (required) and --set (repeatable) to `app`.
@@ -27,6 +28,14 @@ inline void AddNodeFlags(CLI::App* app, NodeFlags* flags) {
   app->add_option("--set", flags->sets, "override a config value, e.g. --set train.steps=100")
       ->take_all()
       ->allow_extra_args(false);
+}
+
+// Adds --rank N (osprey-server, osprey-worker): ask the coordinator for rank N (a Kubernetes pod
+// ordinal, a Slurm task id) instead of the next free one; a rank outside the job or one another
+// node holds is refused at registration.
+inline void AddRankFlag(CLI::App* app, NodeFlags* flags) {
+  app->add_option("--rank", flags->rank, "rank to register as (default -1: any free rank)")
+      ->check(CLI::Range(-1, 1 << 20));
 }
 
 // Parses argv with `app` (AddNodeFlags already applied) and loads + validates the job config into

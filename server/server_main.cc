@@ -1,6 +1,7 @@
 // osprey-server: serves the shards of one server rank of a job.
 //
 //   osprey-server --config JOB.yaml [--set key=value]... [--listen ENDPOINT] [--restore DIR]
+//                 [--rank N]
 //
 // Binds (tcp://HOST:0 or ipc://IPC_DIR/server-PID.sock unless --listen), registers with the
 // coordinator, creates its shards, serves until the coordinator says the job is over, then sends
@@ -78,14 +79,14 @@ osprey::proto::ServerReport MakeServerReport(int rank, const osprey::server::Ser
 using namespace osprey;  // NOLINT: this file's helpers, as main
 
 StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* coord,
-                                              const std::string& endpoint,
+                                              const std::string& endpoint, int rank,
                                               const std::string& metrics_endpoint, int timeout_ms) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_SERVER);
   req.set_endpoint(endpoint);
   req.set_host("localhost");
   req.set_pid(getpid());
-  req.set_requested_rank(-1);
+  req.set_requested_rank(rank);
   req.set_sends_server_report(true);
   req.set_metrics_endpoint(metrics_endpoint);
   return coord->Register(req, timeout_ms);
@@ -155,6 +156,7 @@ int main(int argc, char** argv) {
   CLI::App app{"osprey-server: serves parameter shards of an Osprey job"};
   config::NodeFlags flags;
   config::AddNodeFlags(&app, &flags);
+  config::AddRankFlag(&app, &flags);
   std::string listen;
   app.add_option("--listen", listen, "endpoint to bind (default: from cluster.transport/host)");
   std::string restore;
@@ -206,7 +208,7 @@ int main(int argc, char** argv) {
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
-  auto reg = RegisterServer(coord->get(), *bound, exposer ? exposer->url() : "",
+  auto reg = RegisterServer(coord->get(), *bound, flags.rank, exposer ? exposer->url() : "",
                             job->cluster.startup_timeout_ms);
   if (!reg.ok()) return Fail(reg.status(), "register");
   // Every worker is live at the start (all registered before the reply); heartbeats update it.

@@ -25,10 +25,66 @@ void ListAvailable(const std::string& bin_dir) {
   }
 }
 
+// `--plot PNG` / `--plot=PNG` taken out of *args into *png; false when it has no value.
+bool TakePlotFlag(std::vector<std::string>* args, std::string* png) {
+  for (size_t i = 0; i < args->size(); ++i) {
+    const std::string& a = (*args)[i];
+    if (a == "--plot") {
+      if (i + 1 >= args->size()) return false;
+      *png = (*args)[i + 1];
+      args->erase(args->begin() + static_cast<long>(i), args->begin() + static_cast<long>(i) + 2);
+      return true;
+    }
+    if (a.rfind("--plot=", 0) == 0) {
+      *png = a.substr(7);
+      args->erase(args->begin() + static_cast<long>(i));
+      return true;
+    }
+  }
+  return true;
+}
+
+// The value of --json in args, or "".
+std::string JsonFlag(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--json" && i + 1 < args.size()) return args[i + 1];
+    if (args[i].rfind("--json=", 0) == 0) return args[i].substr(7);
+  }
+  return "";
+}
+
+int BenchAndPlot(const std::string& bin_dir, const std::string& binary, const std::string& what,
+                 std::vector<std::string> args, const std::string& png,
+                 const std::string& python) {
+  if (what != "transport" && what != "codec" && what != "dlrm") {
+    std::fprintf(stderr, "osprey bench: --plot draws transport, codec and dlrm results, not %s\n",
+                 what.c_str());
+    return 2;
+  }
+  std::string json = JsonFlag(args);
+  if (json.empty()) {
+    json = png + ".json";
+    args.insert(args.end(), {"--json", json});
+  }
+  std::vector<std::string> argv{binary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  if (int rc = RunAndWait(argv); rc != 0) {
+    std::fprintf(stderr, "osprey bench: %s failed (exit %d); no plot\n", binary.c_str(), rc);
+    return rc;
+  }
+  return RunPlot(bin_dir, python, what, json, png);
+}
+
 }  // namespace
 
 int RunBench(const std::string& bin_dir, const std::string& what,
-             const std::vector<std::string>& args) {
+             const std::vector<std::string>& args_in, const std::string& python) {
+  std::vector<std::string> args = args_in;
+  std::string png;
+  if (!TakePlotFlag(&args, &png) || (png.empty() && args.size() != args_in.size())) {
+    std::fprintf(stderr, "osprey bench: --plot needs a PNG path\n");
+    return 2;
+  }
   if (what.empty() || what == "--help" || what == "-h") {
     std::fprintf(stderr, "usage: osprey bench WHAT [ARGS...] (runs osprey-bench-WHAT ARGS...)\n");
     ListAvailable(bin_dir);
@@ -41,6 +97,7 @@ int RunBench(const std::string& bin_dir, const std::string& what,
     ListAvailable(bin_dir);
     return 2;
   }
+  if (!png.empty()) return BenchAndPlot(bin_dir, binary, what, args, png, python);
   std::vector<std::string> argv_s{binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;

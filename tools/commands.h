@@ -2,6 +2,7 @@
 // to stdout/stderr; called from osprey_main.cc on the main thread.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,13 +10,25 @@ namespace osprey::tools {
 
 // `osprey bench WHAT [ARGS...]`: replaces this process with BIN_DIR/osprey-bench-WHAT ARGS...
 // With no or an unknown WHAT, lists the osprey-bench-* binaries in `bin_dir` and returns 2
-// (0 for `osprey bench --help`). `args` are passed on exactly as given.
+// (0 for `osprey bench --help`). `args` are passed on exactly as given, except `--plot PNG`
+// (transport, codec, dlrm): then the benchmark runs as a child with --json (its own or a file
+// next to PNG) and RunPlot draws PNG from it with `python` (see RunPlot).
 int RunBench(const std::string& bin_dir, const std::string& what,
-             const std::vector<std::string>& args);
+             const std::vector<std::string>& args, const std::string& python = "");
 
-// `osprey doctor`: prints what this build has and what this machine offers (GPUs, RDMA devices,
-// redis-server, the osprey binaries in `bin_dir`). Returns 0.
-int RunDoctor(const std::string& bin_dir);
+// `osprey doctor [--json] [--network ENDPOINT [--keys DIR] [--network-table ID]]`: checks this
+// build and machine (tools/doctor/checks.h), each with a verdict and the fix, as text or one JSON
+// object; with `network`, the round-trip curve (4 KiB..64 MiB) against that running server.
+// Returns 0, or 1 when a check failed.
+struct DoctorOptions {
+  std::string bin_dir;
+  bool json = false;
+  std::string network;   // "": no network measurement
+  std::string keys_dir;  // security: curve (the worker keypair is used)
+  int network_table = 0;  // a sparse table's id (its index in the job config's tables)
+  std::map<std::string, std::string> nccl_env;  // the NCCL_* variables that are set
+};
+int RunDoctor(const DoctorOptions& options);
 
 // `osprey checkpoint --coordinator ENDPOINT [--dir DIR]`: asks the job's coordinator for its live
 // servers and has each write its checkpoint now (into DIR, or the job's checkpoint.dir when empty).
@@ -37,5 +50,18 @@ int RunKeygen(const std::string& dir, bool force);
 // Only in builds with hiredis.
 int RunRedisInspect(const std::string& config_path, const std::vector<std::string>& sets,
                     const std::string& table, int rows);
+// `osprey report FINAL_STATE [--json PATH]`: prints the job report (as `osprey launch` does) from
+// a coordinator's --final-state file and writes it as JSON to `json_path` (when not empty).
+// Returns 0, 1 when the job did not finish or PATH cannot be written, 2 for an unreadable file.
+int RunReport(const std::string& final_state, const std::string& json_path);
+
+// Runs bin_dir/osprey-plot.py (bench/plot/plot.py) as `python SCRIPT KIND INPUT PNG`: KIND report
+// (`osprey plot`), transport, codec or dlrm (`osprey bench WHAT --plot PNG`). `python` empty:
+// python3. Returns the script's exit code (3: matplotlib missing, the message says how to get it).
+int RunPlot(const std::string& bin_dir, const std::string& python, const std::string& kind,
+            const std::string& input, const std::string& png);
+
+// Runs argv (argv[0] looked up on PATH) and waits; returns its exit code (128 + N for signal N).
+int RunAndWait(const std::vector<std::string>& argv);
 
 }  // namespace osprey::tools

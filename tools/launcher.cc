@@ -403,7 +403,8 @@ int Launcher::Finish() {
                 static_cast<int>(coordinator_));
   }
   const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
-  const JobReport report = SummarizeReports(*state_, wall);
+  JobReport report = SummarizeReports(*state_, wall);
+  report.curve = progress_->curve();
   std::printf("%s  logs              %s\n", FormatReport(report).c_str(), log_dir_.c_str());
   std::fflush(stdout);
   children_.StopAll(Ms(0));  // everything exited; this sweeps stray grandchildren

@@ -2,14 +2,17 @@
 //   osprey launch CONFIG [--set k=v]... [--report-json PATH] [--log-dir DIR] [--bin-dir DIR]
 //                 [--restore DIR] [--quiet] [--stall-timeout SECONDS]
 //   osprey bench WHAT [ARGS...]
-//   osprey doctor [--bin-dir DIR]
+//   osprey doctor [--bin-dir DIR] [--json] [--network ENDPOINT [--keys DIR]]
 //   osprey checkpoint --coordinator ENDPOINT [--dir DIR] [--timeout-ms MS] [--keys DIR]
 //   osprey keygen DIR [--force]
+//   osprey report FINAL_STATE [--json PATH]     osprey plot REPORT.json OUT.png
+// OSPREY_PYTHON: the python with matplotlib for plots (default python3).
 // Exit codes: 0 success, 1 the job failed, 2 bad flags / config / setup, 128+N interrupted by
 // signal N (launch).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,7 +31,8 @@ int main(int argc, char** argv) {
   // Everything after `bench WHAT` belongs to the benchmark, untouched (--help and -- included).
   if (argc >= 2 && std::string(argv[1]) == "bench") {
     return RunBench(SelfBinDir(), argc >= 3 ? argv[2] : "",
-                    std::vector<std::string>(argv + std::min(argc, 3), argv + argc));
+                    std::vector<std::string>(argv + std::min(argc, 3), argv + argc),
+                    std::getenv("OSPREY_PYTHON") ? std::getenv("OSPREY_PYTHON") : "");
   }
   CLI::App app{"osprey: run and inspect Osprey parameter-server jobs"};
   app.require_subcommand(1);
@@ -60,11 +64,20 @@ int main(int argc, char** argv) {
   // `bench` takes its arguments raw (see main's first lines); declared here for --help.
   app.add_subcommand("bench", "run the benchmark osprey-bench-WHAT with the remaining arguments");
 
-  std::string doctor_bin_dir;
+  DoctorOptions doctor;
   CLI::App* doctor_cmd =
-      app.add_subcommand("doctor", "show what this build and this machine offer");
-  doctor_cmd->add_option("--bin-dir", doctor_bin_dir,
+      app.add_subcommand("doctor", "check this build and machine: each check a verdict and a fix");
+  doctor_cmd->add_option("--bin-dir", doctor.bin_dir,
                          "where the osprey-* binaries are (default: next to this one)");
+  doctor_cmd->add_flag("--json", doctor.json, "one JSON object instead of text");
+  doctor_cmd->add_option("--network", doctor.network,
+                         "measure round trips 4 KiB..64 MiB against this running osprey-server");
+  doctor_cmd->add_option("--keys", doctor.keys_dir, "the job's key directory (security: curve)");
+  doctor_cmd->add_option("--network-table", doctor.network_table, "a sparse table's id")
+      ->capture_default_str();
+  for (const char* v : {"NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_P2P_LEVEL", "NCCL_DEBUG"}) {
+    if (const char* value = std::getenv(v)) doctor.nccl_env[v] = value;
+  }
 
   std::string ckpt_coordinator, ckpt_dir, ckpt_keys;
   int ckpt_timeout_ms = 60000;
@@ -96,6 +109,15 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("--set", inspect_sets, "key=value override (repeatable)");
   inspect_cmd->add_option("--table", inspect_table, "table name (default: the first)");
   inspect_cmd->add_option("--rows", inspect_rows, "rows shown per server")->capture_default_str();
+  std::string report_state, report_json, plot_input, plot_png;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "print the job report from a coordinator's --final-state file (Slurm, k8s)");
+  report_cmd->add_option("final_state", report_state, "the coordinator's final state")->required();
+  report_cmd->add_option("--json", report_json, "also write the report as JSON here");
+  CLI::App* plot_cmd =
+      app.add_subcommand("plot", "draw loss and samples/s over steps from a --report-json file");
+  plot_cmd->add_option("report", plot_input, "osprey launch --report-json output")->required();
+  plot_cmd->add_option("png", plot_png, "the PNG to write")->required();
 
   try {
     app.parse(argc, argv);
@@ -118,8 +140,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 #endif
+  if (report_cmd->parsed()) return RunReport(report_state, report_json);
+  if (plot_cmd->parsed()) {
+    return RunPlot(SelfBinDir(), std::getenv("OSPREY_PYTHON") ? std::getenv("OSPREY_PYTHON") : "",
+                   "report", plot_input, plot_png);
+  }
   if (doctor_cmd->parsed()) {
-    return RunDoctor(doctor_bin_dir.empty() ? SelfBinDir() : doctor_bin_dir);
+    if (doctor.bin_dir.empty()) doctor.bin_dir = SelfBinDir();
+    return RunDoctor(doctor);
   }
   return kExitUsage;
 }

@@ -66,7 +66,26 @@ bool ProgressMeter::Update(const proto::ClusterState& state, Clock::time_point n
   const auto& [t0, s0] = samples_.front();
   const double dt = std::chrono::duration<double>(now - t0).count();
   rate_ = dt > 0 && samples >= s0 ? static_cast<double>(samples - s0) / dt : 0;
+  RecordCurve(now);
   return moved;
+}
+
+void ProgressMeter::RecordCurve(Clock::time_point now) {
+  if (curve_.empty() && first_poll_ == Clock::time_point{}) first_poll_ = now;
+  const int64_t last = curve_.empty() ? 0 : curve_.back().step;
+  if (step_ <= 0 || (!curve_.empty() && step_ < last + curve_every_)) return;
+  CurvePoint p;
+  p.seconds = std::chrono::duration<double>(now - first_poll_).count();
+  p.step = step_;
+  if (have_loss_) p.loss = loss_;
+  p.samples_per_sec = rate_;
+  curve_.push_back(p);
+  if (curve_.size() >= kMaxCurvePoints) {
+    std::vector<CurvePoint> kept;
+    for (size_t i = 0; i < curve_.size(); i += 2) kept.push_back(curve_[i]);
+    curve_ = std::move(kept);
+    curve_every_ *= 2;
+  }
 }
 
 std::string ProgressMeter::Line() const {

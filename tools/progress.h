@@ -14,8 +14,10 @@
 #include <deque>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "osprey.pb.h"
+#include "tools/report.h"
 
 namespace osprey::tools {
 
@@ -34,9 +36,14 @@ class ProgressMeter {
 
   int64_t step() const { return step_; }
   double samples_per_sec() const { return rate_; }
+  // One point per poll where the step advanced (at most kMaxCurvePoints: beyond, every other
+  // point is dropped and the spacing doubles).
+  const std::vector<CurvePoint>& curve() const { return curve_; }
+  static constexpr size_t kMaxCurvePoints = 4096;
 
  private:
   std::string Signature(const proto::ClusterState& state) const;
+  void RecordCurve(Clock::time_point now);
 
   const int64_t total_steps_;
   bool have_state_ = false;
@@ -47,6 +54,9 @@ class ProgressMeter {
   bool have_loss_ = false;
   double rate_ = 0;
   std::deque<std::pair<Clock::time_point, uint64_t>> samples_;  // (time, total samples) window
+  Clock::time_point first_poll_{};
+  std::vector<CurvePoint> curve_;
+  int64_t curve_every_ = 1;  // keep a point only when step advanced by at least this much
 };
 
 // "950", "23.5k", "1.20M", "3.4G".

@@ -304,6 +304,18 @@ std::string ServersJson(const JobReport& r) {
          ", \"density_trajectory\": [" + trajectory + "]";
 }
 
+// ", \"curve\": [...]" (see ReportJson).
+std::string CurveJson(const std::vector<CurvePoint>& curve) {
+  std::string out = ", \"curve\": [";
+  for (size_t i = 0; i < curve.size(); ++i) {
+    const CurvePoint& p = curve[i];
+    out += (i == 0 ? "" : ", ") + std::string("{\"seconds\": ") + JsonNumber(p.seconds) +
+           ", \"step\": " + std::to_string(p.step) + ", \"loss\": " + JsonNumber(p.loss) +
+           ", \"samples_per_sec\": " + JsonNumber(p.samples_per_sec) + "}";
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 std::string ReportJson(const JobReport& r) {
@@ -326,7 +338,7 @@ std::string ReportJson(const JobReport& r) {
          ", \"rows_pulled\": " + std::to_string(r.rows_pulled) +
          ", \"cache_hit_rate\": " + JsonNumber(r.cache_hit_rate) +
          ", \"bytes_per_sample\": " + JsonNumber(r.bytes_per_sample) + ServersJson(r) +
-         ", \"device\": \"" + r.device + "\"}\n";
+         ", \"device\": \"" + r.device + "\"" + CurveJson(r.curve) + "}\n";
 }
 
 }  // namespace osprey::tools

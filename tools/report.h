@@ -19,6 +19,15 @@
 
 namespace osprey::tools {
 
+// One point of the loss curve the launcher samples from its progress polls: when the slowest
+// live worker's step advanced, the mean loss of the live workers and the job's samples/s then.
+struct CurvePoint {
+  double seconds = 0;  // since the first poll
+  int64_t step = 0;
+  double loss = std::numeric_limits<double>::quiet_NaN();  // NaN before any worker reported one
+  double samples_per_sec = 0;
+};
+
 struct JobReport {
   static constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
   double auc = kMissing;         // NaN when worker 0 did not report
@@ -84,6 +93,8 @@ struct JobReport {
   // Merged staleness histogram: [0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds
   // larger (one entry per sparse row and per dense push). Empty without server reports.
   std::vector<uint64_t> staleness;
+  // The loss curve (osprey launch's polls; empty from SummarizeReports alone).
+  std::vector<CurvePoint> curve;
 };
 
 JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds);
@@ -104,7 +115,8 @@ std::string FormatReport(const JobReport& report);
 // server_decode_seconds, server_refused, server_auth_refused, server_limit_refusals, server_bad_headers,
 // coordinator_refused, coordinator_bad_requests, staleness_histogram (an array of counts, buckets as in JobReport), then
 // density_trajectory (worker 0's: an array of {"step": N, "density": D}, [] when nothing was
-// compressed), and last device (a string); numbers that are missing or not finite are written as
+// compressed), device (a string), and last curve (an array of {"seconds", "step", "loss",
+// "samples_per_sec"} objects, [] when none was recorded); numbers that are missing or not finite are written as
 // null, since JSON has no NaN.
 std::string ReportJson(const JobReport& report);
 

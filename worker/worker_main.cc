@@ -1,6 +1,6 @@
 // osprey-worker: trains the job's built-in model through the parameter servers.
 //
-//   osprey-worker --config JOB.yaml [--set key=value]...
+//   osprey-worker --config JOB.yaml [--set key=value]... [--rank N]
 //
 // Registers with the coordinator (which assigns the rank and hands out the shard map), trains
 // train.steps steps, meets the other workers at the "train-done" barrier, evaluates on the
@@ -35,14 +35,14 @@ int Fail(const Status& s, const char* what) {
 
 // Registers this process as a worker; the reply carries the rank and the shard map.
 StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job,
-                                        const std::string& metrics_endpoint) {
+                                        int rank, const std::string& metrics_endpoint) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_WORKER);
   char hostname[256] = "localhost";
   gethostname(hostname, sizeof(hostname) - 1);
   req.set_host(hostname);
   req.set_pid(getpid());
-  req.set_requested_rank(-1);
+  req.set_requested_rank(rank);
   req.set_metrics_endpoint(metrics_endpoint);
   return coord->Register(req, job.cluster.startup_timeout_ms);
 }
@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
   CLI::App app{"osprey-worker: trains an Osprey job's model through the parameter servers"};
   config::NodeFlags flags;
   config::AddNodeFlags(&app, &flags);
+  config::AddRankFlag(&app, &flags);
   config::JobConfig loaded;
   if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-worker", &loaded); rc >= 0) return rc;
   const config::JobConfig& job = loaded;
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
     if (!started.ok()) return Fail(started.status(), "metrics");
     exposer = std::move(*started);
   }
-  auto reg = Register(coord->get(), job, exposer ? exposer->url() : "");
+  auto reg = Register(coord->get(), job, flags.rank, exposer ? exposer->url() : "");
   if (!reg.ok()) return Fail(reg.status(), "register");
   const int rank = reg->rank();
   const int num_workers = reg->num_workers();

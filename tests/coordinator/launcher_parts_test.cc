@@ -54,6 +54,41 @@ TEST(ProgressMeterTest, ShowsSlowestWorkerRateAndLoss) {
   EXPECT_EQ(meter.Line(), "[####................] step 120/500  13.3k samples/s  loss 0.4500");
 }
 
+// The loss curve: one point per poll where the slowest worker's step advanced, none for polls
+// where it did not, and it reaches the report's JSON.
+TEST(ProgressMeterTest, RecordsTheLossCurveWhenTheStepAdvances) {
+  ProgressMeter meter(500);
+  const auto t0 = std::chrono::steady_clock::now();
+  proto::ClusterState s;
+  s.set_epoch(1);
+  s.set_num_workers(2);
+  AddWorker(&s, 0, 100, 10000, 0.5);
+  AddWorker(&s, 1, 120, 10000, 0.3);
+  meter.Update(s, t0);
+  meter.Update(s, t0 + Ms(500));  // the step did not advance: no point
+  s.mutable_nodes(0)->set_clock(200);
+  s.mutable_nodes(0)->set_samples(30000);
+  s.mutable_nodes(1)->set_clock(210);
+  s.mutable_nodes(1)->set_samples(30000);
+  s.mutable_nodes(1)->set_loss(0.2);
+  meter.Update(s, t0 + Ms(1000));
+  ASSERT_EQ(meter.curve().size(), 2u);
+  EXPECT_EQ(meter.curve()[0].step, 100);
+  EXPECT_DOUBLE_EQ(meter.curve()[0].loss, 0.4);
+  EXPECT_DOUBLE_EQ(meter.curve()[0].seconds, 0);
+  EXPECT_EQ(meter.curve()[1].step, 200);
+  EXPECT_DOUBLE_EQ(meter.curve()[1].loss, 0.35);
+  EXPECT_DOUBLE_EQ(meter.curve()[1].seconds, 1.0);
+  EXPECT_NEAR(meter.curve()[1].samples_per_sec, 40000, 1);
+
+  JobReport r;
+  r.curve = meter.curve();
+  const std::string json = ReportJson(r);
+  EXPECT_NE(json.find("\"curve\": [{\"seconds\": 0, \"step\": 100, \"loss\": 0.4, "
+                      "\"samples_per_sec\": 0}, {\"seconds\": 1, \"step\": 200, "),
+            std::string::npos) << json;
+}
+
 TEST(ProgressMeterTest, BeforeTheRendezvousShowsWhoRegistered) {
   ProgressMeter meter(10);
   proto::ClusterState s;
@@ -108,7 +143,7 @@ TEST(ReportTest, SummarizesWorkerReports) {
                        "\"bytes_pulled\": 1020, \"wall_seconds\": 7.5, \"time_wait_input\": 0.5, "
                        "\"time_compute\": 2, ", 0), 0u) << json;
   EXPECT_NE(json.find("\"cache_hit_rate\": 0.8, "), std::string::npos) << json;
-  EXPECT_NE(json.find("\"device\": \"cuda:0 (H200)\"}\n"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"device\": \"cuda:0 (H200)\", \"curve\": []}\n"), std::string::npos) << json;
   const std::string text = FormatReport(r);
   EXPECT_NE(text.find("held-out AUC      0.7500"), std::string::npos);
   EXPECT_NE(text.find("wait-input 20%, compute 80%, push 0%"), std::string::npos) << text;
@@ -184,7 +219,7 @@ TEST(ReportTest, SummarizesServerReportsAndDensityTrajectory) {
                       "\"coordinator_bad_requests\": 0, \"staleness_histogram\": [270, 18, 9, 3, 0], "
                       "\"density_trajectory\": [{\"step\": 0, \"density\": 0.25}, "
                       "{\"step\": 50, \"density\": 0.05}, {\"step\": 99, \"density\": 0.01}], "
-                      "\"device\": \"\"}\n"),
+                      "\"device\": \"\", \"curve\": []}\n"),
             std::string::npos) << json;
 }
 

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# deploy/k8s validates (kubernetes-validate --strict, and kustomize renderings where kubectl
+# exists), and a deliberately broken copy does not: an unknown field and a wrong type, each in its
+# own copy, each refused with the file named.
+# The ConfigMap's job config is a valid job: `osprey launch` runs it here for 50 steps (the
+# coordinator, host and keys overridden for loopback).
+#   usage: k8s_validate_test.sh SOURCE_DIR BIN_DIR
+set -euo pipefail
+SRC=$1
+BIN=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "k8s_validate_test: FAILED: $*" >&2; exit 1; }
+
+bash "$SRC/deploy/k8s/validate.sh" "$SRC/deploy/k8s" || fail "the manifests do not validate"
+
+# An unknown field (a typo'd key), which only --strict catches.
+cp -r "$SRC/deploy/k8s" "$tmp/typo"
+sed -i 's/^  podManagementPolicy: Parallel/  podManagmentPolicy: Parallel/' "$tmp/typo/servers.yaml"
+grep -q podManagmentPolicy "$tmp/typo/servers.yaml" || fail "could not plant the typo"
+if bash "$SRC/deploy/k8s/validate.sh" "$tmp/typo" >"$tmp/typo.out" 2>&1; then
+  cat "$tmp/typo.out"; fail "a manifest with an unknown field validated"
+fi
+grep -q "servers.yaml" "$tmp/typo.out" || { cat "$tmp/typo.out"; fail "the error does not name servers.yaml"; }
+
+# A wrong type.
+cp -r "$SRC/deploy/k8s" "$tmp/type"
+sed -i 's/^  completions: 2 /  completions: two /' "$tmp/type/workers.yaml"
+grep -q "completions: two" "$tmp/type/workers.yaml" || fail "could not plant the wrong type"
+if bash "$SRC/deploy/k8s/validate.sh" "$tmp/type" >"$tmp/type.out" 2>&1; then
+  cat "$tmp/type.out"; fail "a manifest with a string for an integer validated"
+fi
+grep -q "workers.yaml" "$tmp/type.out" || { cat "$tmp/type.out"; fail "the error does not name workers.yaml"; }
+VENV=$(bash "$SRC/deploy/venv.sh" | tail -n 1)
+"$VENV/bin/python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["job.yaml"])' \
+  "$SRC/deploy/k8s/configmap.yaml" >"$tmp/job.yaml" || fail "cannot read job.yaml from the ConfigMap"
+"$BIN/osprey" launch "$tmp/job.yaml" --quiet --log-dir "$tmp/job" \
+  --set cluster.coordinator=tcp://127.0.0.1:0 --set cluster.host=127.0.0.1 \
+  --set security.keys_dir= --set train.steps=50 --set train.eval_samples=2000 >"$tmp/launch.out" 2>&1 ||
+  { tail -n 30 "$tmp/launch.out"; fail "the ConfigMap's job config does not run"; }
+grep -q "held-out AUC" "$tmp/launch.out" || fail "the ConfigMap's job printed no report"
+echo "k8s_validate_test: OK (manifests validate; both broken copies refused; the ConfigMap's job runs)"
