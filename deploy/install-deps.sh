@@ -16,6 +16,7 @@ pkgs=(
   libhiredis-dev redis-server
   libibverbs-dev librdmacm-dev
   python3 procps
+  python3-venv python3-dev python3-numpy python3-torch  # the osprey Python package (deploy/python-env.sh)
 )
 
 missing=()
