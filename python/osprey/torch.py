@@ -207,6 +207,10 @@ class DenseOptimizer:
         table.init_dense(self._flat).wait()
         self._pull()
 
+    def refresh(self):
+        """Loads the table's current values into the parameters (e.g. before an evaluation)."""
+        self._pull()
+
     def _pull(self):
         self.table.pull_dense(self._flat, clock=self.client.clock).wait()
         with torch.no_grad():
