@@ -17,6 +17,7 @@ pkgs=(
   libibverbs-dev librdmacm-dev
   python3 procps
   python3-venv python3-dev python3-numpy python3-torch  # the osprey Python package (deploy/python-env.sh)
+  libopenblas0-pthread  # BLAS for numpy/torch: Debian's default reference BLAS is ~20x slower
 )
 
 missing=()

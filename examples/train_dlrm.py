@@ -14,7 +14,11 @@ parameter layout: bottom MLP -> z0; z0 and the 26 rows -> pairwise dots; top MLP
 import argparse
 import math
 import os
+import sys
 import time
+
+# One BLAS thread per worker, as osprey-worker computes on one core (set before numpy loads BLAS).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 import torch
@@ -48,6 +52,30 @@ class Mlp(torch.nn.Module):
         return x
 
 
+class DotInteraction(torch.autograd.Function):
+    """The pairwise dots z_i . z_j (i < j) of z [B x (F+1) x d], in the C++ order (0,1), (0,2), ...
+    Computed as one batched Gram matrix in numpy: with Debian's torch 1.13, torch.bmm's backward
+    runs as per-sample slices and costs 3x the numpy version (bench/python/README.md)."""
+
+    @staticmethod
+    def forward(ctx, z, flat):
+        zn = z.detach().numpy()
+        ctx.save_for_backward(z)
+        ctx.flat = flat
+        gram = np.matmul(zn, zn.transpose(0, 2, 1))
+        return torch.from_numpy(np.ascontiguousarray(gram.reshape(zn.shape[0], -1)[:, flat]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        zn = z.detach().numpy()
+        b, n, _ = zn.shape
+        dg = np.zeros((b, n * n), dtype=np.float32)
+        dg[:, ctx.flat] = grad.contiguous().numpy()
+        dg = dg.reshape(b, n, n)
+        return torch.from_numpy(np.matmul(dg + dg.transpose(0, 2, 1), zn)), None
+
+
 class Dlrm(torch.nn.Module):
     def __init__(self, table, info, seed):
         super().__init__()
@@ -56,14 +84,15 @@ class Dlrm(torch.nn.Module):
         self.bottom = Mlp(info["num_dense"], info["bottom_mlp"], False, gen)
         self.top = Mlp(d + (f + 1) * f // 2, info["top_mlp"], True, gen)
         self.emb = ot.EmbeddingBag(table, mode="sum")
-        self.iu = torch.triu_indices(f + 1, f + 1, offset=1)
+        iu = np.triu_indices(f + 1, 1)
+        self.flat = iu[0] * (f + 1) + iu[1]
 
     def forward(self, dense, keys):
         b, f = keys.shape
         z0 = self.bottom(dense)
         rows = self.emb(keys.reshape(-1, 1)).view(b, f, -1)  # one id per bag: the row itself
         z = torch.cat([z0.unsqueeze(1), rows], dim=1)
-        dots = torch.bmm(z, z.transpose(1, 2))[:, self.iu[0], self.iu[1]]
+        dots = DotInteraction.apply(z, self.flat)
         return self.top(torch.cat([z0, dots], dim=1)).squeeze(1)
 
 
