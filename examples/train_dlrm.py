@@ -119,6 +119,8 @@ def main():
     ap.add_argument("--steps", type=int, help="steps per worker (default: train.steps)")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OSPREY_TORCH_THREADS", "1")),
                     help="torch intra-op threads (default 1: one core per worker, as osprey-worker)")
+    ap.add_argument("--no-prefetch", action="store_true",
+                    help="pull each batch's rows in its forward, not with the previous step's dense pull")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     client = osprey.connect(config=args.config)
@@ -131,15 +133,17 @@ def main():
     steps, batch = args.steps or info["steps"], info["batch_size"]
     avg = None
     start = time.monotonic()
+    dense, keys, labels, _ = gen.next(batch)
     for step in range(steps):
-        dense, keys, labels, _ = gen.next(batch)
         logit = model(torch.from_numpy(dense), torch.from_numpy(keys.view(np.int64)))
         loss = F.binary_cross_entropy_with_logits(logit, torch.from_numpy(labels))
         opt.zero_grad()
         loss.backward()
         value = loss.item()
         avg = value if avg is None else 0.95 * avg + 0.05 * value
-        opt.step(samples=batch, loss=avg)
+        dense, keys, labels, _ = gen.next(batch)  # the next batch, whose rows come with the dense pull
+        next_ids = torch.from_numpy(keys.view(np.int64)).reshape(-1, 1)
+        opt.step(samples=batch, loss=avg, overlap=None if args.no_prefetch else lambda: model.emb.prefetch(next_ids))
     seconds = time.monotonic() - start
     print(f"worker {client.rank} of {client.world_size}: {steps} steps of batch {batch} in {seconds:.1f} s "
           f"({steps * batch / seconds:.0f} samples/s), loss {avg:.4f}", flush=True)

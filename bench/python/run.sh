@@ -20,7 +20,8 @@ for i in $(seq 1 "$RUNS"); do
     config=configs/local.yaml
     [ "$kind" = python ] && config=configs/python.yaml
     "$BUILD_DIR/bin/osprey" launch "$config" --quiet --report-json "$out/$kind-$i.json" \
-      --log-dir "$out/$kind-$i" ${sets[@]+"${sets[@]}"} >/dev/null
+      --log-dir "$out/$kind-$i" ${sets[@]+"${sets[@]}"} >/dev/null 2>"$out/$kind-$i.err" \
+      || { cat "$out/$kind-$i.err" >&2; exit 1; }
     read -r sps auc < <(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['samples_per_sec'], r['auc'])" "$out/$kind-$i.json")
     printf 'bench/python: run %d %-6s samples/s %9.0f  AUC %.4f\n' "$i" "$kind" "$sps" "$auc"
     if [ "$kind" = python ]; then py+=("$sps"); else cpp+=("$sps"); fi

@@ -118,22 +118,38 @@ class EmbeddingBag(torch.nn.Module):
 
     def start(self, input, offsets=None, per_sample_weights=None):
         """Issues the pull of this batch's rows now and returns a lookup; lookup.finish() is the
-        forward's result. forward() is start(...).finish()."""
-        input, offsets, psw = self._prepare(input, offsets, per_sample_weights)
-        return _Lookup(self, input, offsets, psw)
+        forward's result (a prefetched pull of the same input is used)."""
+        prepared = self._prepare(input, offsets, per_sample_weights)
+        return self._take_prefetched(prepared) or _Lookup(self, *prepared)
 
     def prefetch(self, input, offsets=None, per_sample_weights=None):
-        """Starts the pull of the next batch's rows while this step computes; the next forward()
-        with the same input uses it. The pull is for the clock the client is at when it is issued:
-        under bsp call it after the optimizer step (rows are then bit-identical to no prefetch)."""
-        self._prefetched = (input, self.start(input, offsets, per_sample_weights))
+        """Starts the pull of a later batch's rows now; the next forward() with equal input,
+        offsets and weights uses it instead of pulling. The pull is for the clock the client is at
+        when it is issued: pass it as DenseOptimizer.step(overlap=...) and it runs at the new
+        clock, concurrently with the dense pull (under bsp the rows are then bit-identical to no
+        prefetch; under async they are as fresh as a pull at that moment)."""
+        prepared = self._prepare(input, offsets, per_sample_weights)
+        self._prefetched = (prepared, _Lookup(self, *prepared))
+
+    def _take_prefetched(self, prepared):
+        if self._prefetched is None:
+            return None
+        (ids, offs, psw), lookup = self._prefetched
+        self._prefetched = None
+        same = (ids.shape == prepared[0].shape and torch.equal(ids, prepared[0]) and
+                offs.shape == prepared[1].shape and torch.equal(offs, prepared[1]) and
+                (psw is None) == (prepared[2] is None) and (psw is None or torch.equal(psw, prepared[2])))
+        if not same or lookup.clock != self.table.client.clock:
+            lookup.handle.wait()  # not what this forward needs (or pulled for another clock): drop it
+            return None
+        return lookup
 
     def forward(self, input, offsets=None, per_sample_weights=None):
-        if self._prefetched is not None and self._prefetched[0] is input:
-            lookup = self._prefetched[1]
-            self._prefetched = None
-            return lookup.finish()
-        return self.start(input, offsets, per_sample_weights).finish()
+        prepared = self._prepare(input, offsets, per_sample_weights)
+        lookup = self._take_prefetched(prepared)
+        if lookup is None:
+            lookup = _Lookup(self, *prepared)
+        return lookup.finish()
 
     def wait_pushes(self, timeout=None):
         """Waits for every push backward started; raises the first error."""
@@ -211,8 +227,11 @@ class DenseOptimizer:
         """Loads the table's current values into the parameters (e.g. before an evaluation)."""
         self._pull()
 
-    def _pull(self):
-        self.table.pull_dense(self._flat, clock=self.client.clock).wait()
+    def _pull(self, overlap=None):
+        handle = self.table.pull_dense(self._flat, clock=self.client.clock)
+        if overlap is not None:
+            overlap()
+        handle.wait()
         with torch.no_grad():
             at = 0
             for p in self.params:
@@ -224,7 +243,10 @@ class DenseOptimizer:
         for p in self.params:
             p.grad = None
 
-    def step(self, samples=0, loss=0.0):
+    def step(self, samples=0, loss=0.0, overlap=None):
+        """One step (see the class). `overlap`: called once the dense pull for the new clock is in
+        flight, before waiting for it -- e.g. lambda: emb.prefetch(next_ids), so that the next
+        batch's rows and the dense parameters come in one round trip."""
         at = 0
         with torch.no_grad():
             for p in self.params:
@@ -245,4 +267,4 @@ class DenseOptimizer:
         if first is not None:
             raise first
         self.client.step(samples=samples, loss=float(loss))
-        self._pull()
+        self._pull(overlap)
