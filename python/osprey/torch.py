@@ -95,6 +95,7 @@ class EmbeddingBag(torch.nn.Module):
         self.embedding_dim = table.dim
         self._pending = []
         self._prefetched = None
+        self.prefetch_hits = 0  # forwards served by a prefetched pull
         table.client._bags.append(self)  # DenseOptimizer.step() waits for their pushes
 
     def _prepare(self, input, offsets, per_sample_weights):
@@ -142,6 +143,7 @@ class EmbeddingBag(torch.nn.Module):
         if not same or lookup.clock != self.table.client.clock:
             lookup.handle.wait()  # not what this forward needs (or pulled for another clock): drop it
             return None
+        self.prefetch_hits += 1
         return lookup
 
     def forward(self, input, offsets=None, per_sample_weights=None):

@@ -156,3 +156,30 @@ def test_two_workers_bsp_mean_equal_averaged_gradient(make_job, tmp_path):
     ref = dense_reference(STEPS, DenseProblem(size, 2), 0.1).numpy()
     for r in range(2):
         np.testing.assert_allclose(np.load(out + f".{r}.npy"), ref, rtol=1e-5, atol=1e-5)
+
+
+def train_with_prefetch(job, prefetch):
+    client = job.connect()
+    table = client.table("emb")
+    bag = ot.EmbeddingBag(table, mode="sum")
+    w = torch.nn.Parameter(torch.linspace(-1, 1, client.table("mlp").size))
+    opt = ot.DenseOptimizer([w], client.table("mlp"))
+    rng = np.random.default_rng(3)
+    data = [torch.from_numpy(rng.integers(0, NUM_KEYS, (8, 3))) for _ in range(STEPS + 1)]
+    for s in range(STEPS):
+        out = bag(data[s])
+        loss = ((out * w[:4]).sum(1) - 1).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step(overlap=(lambda: bag.prefetch(data[s + 1])) if prefetch else None)
+    assert bag.prefetch_hits == (STEPS - 1 if prefetch else 0)
+    rows = initial_rows(table)
+    client.close()
+    return rows, w.detach().numpy().copy()
+
+
+def test_bsp_prefetch_is_bit_identical_to_no_prefetch(make_job):
+    plain = train_with_prefetch(make_job(mode="bsp"), prefetch=False)
+    fetched = train_with_prefetch(make_job(mode="bsp"), prefetch=True)
+    np.testing.assert_array_equal(plain[0], fetched[0])
+    np.testing.assert_array_equal(plain[1], fetched[1])
