@@ -229,11 +229,11 @@ class DenseOptimizer:
         """Loads the table's current values into the parameters (e.g. before an evaluation)."""
         self._pull()
 
-    def _pull(self, overlap=None):
-        handle = self.table.pull_dense(self._flat, clock=self.client.clock)
-        if overlap is not None:
-            overlap()
-        handle.wait()
+    def _pull(self):
+        self.table.pull_dense(self._flat, clock=self.client.clock).wait()
+        self._load()
+
+    def _load(self):
         with torch.no_grad():
             at = 0
             for p in self.params:
@@ -259,14 +259,26 @@ class DenseOptimizer:
                     self._grad_t[at:at + n].copy_(p.grad.reshape(-1))
                 at += n
         push = self.table.push_dense(self._grad, clock=self.client.clock)
+        self.client.step(samples=samples, loss=float(loss))
+        # As osprey-worker does: the next step's pulls go out before this step's pushes are
+        # waited for (a server answers a pull after the pushes it received before it; under bsp
+        # it holds the pull until every worker's pushes for the step arrived).
+        pull = self.table.pull_dense(self._flat, clock=self.client.clock)
         first = None
-        for bag in self.client._bags:
+        try:
+            if overlap is not None:
+                overlap()
+        finally:
+            for bag in self.client._bags:
+                try:
+                    bag.wait_pushes()
+                except Exception as e:
+                    first = first or e
             try:
-                bag.wait_pushes()
+                push.wait()
             except Exception as e:
                 first = first or e
-        push.wait()
+        pull.wait()
         if first is not None:
             raise first
-        self.client.step(samples=samples, loss=float(loss))
-        self._pull(overlap)
+        self._load()

@@ -206,6 +206,8 @@ NB_MODULE(_C, m) {
   using namespace osprey;
   using namespace osprey::python;
   m.doc() = "Osprey parameter-server client (the C++ worker client, through nanobind)";
+  // Clients still referenced from module globals at interpreter exit are not leaks worth a report.
+  nb::set_leak_warnings(false);
 
   m.def("_set_error_class", [](nb::handle cls) {
     Py_XINCREF(cls.ptr());
