@@ -66,6 +66,7 @@ class Job:
             f.write(text)
         self.procs = {}
         self.logs = {}
+        self.endpoints = {}  # server process name -> the endpoint it listens on
         self.tmp = tmp
         self._start("coordinator", "osprey-coordinator")
         for i in range(servers):
@@ -77,6 +78,9 @@ class Job:
         args = [os.path.join(BIN_DIR, binary), "--config", self.config]
         if binary == "osprey-coordinator":
             args += ["--final-state", os.path.join(self.tmp, "final_state.pb")]
+        else:
+            self.endpoints[name] = f"tcp://127.0.0.1:{free_port()}"
+            args += ["--listen", self.endpoints[name]]
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 
     def connect(self, **kw):

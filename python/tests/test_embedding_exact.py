@@ -183,3 +183,27 @@ def test_bsp_prefetch_is_bit_identical_to_no_prefetch(make_job):
     fetched = train_with_prefetch(make_job(mode="bsp"), prefetch=True)
     np.testing.assert_array_equal(plain[0], fetched[0])
     np.testing.assert_array_equal(plain[1], fetched[1])
+
+
+def test_embedding_bag_collection_equals_pytorch_per_feature(make_job):
+    client = make_job().connect()
+    table = client.table("emb")
+    init = torch.from_numpy(initial_rows(table))
+    ebc = ot.EmbeddingBagCollection({"user": table, "item": table}, mode="sum")
+    feats = {"user": (torch.tensor([1, 2, 2, 7]), torch.tensor([0, 1])),
+             "item": (torch.tensor([3, 9, 1]), torch.tensor([0, 2]))}
+    out = ebc(feats)
+    assert set(out) == {"user", "item"}
+    for f, (values, offsets) in feats.items():
+        ref = torch.nn.functional.embedding_bag(values, init, offsets, mode="sum")
+        torch.testing.assert_close(out[f].detach(), ref)
+    sum(o.sum() for o in out.values()).backward()
+    ebc.wait_pushes()
+    rows = initial_rows(table)
+    # d(sum)/d(row) is the row's count over both features; SGD lr 0.1.
+    counts = torch.zeros(NUM_KEYS)
+    for values, _ in feats.values():
+        counts.index_add_(0, values, torch.ones(len(values)))
+    np.testing.assert_allclose(rows, (init - 0.1 * counts[:, None]).numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(KeyError, match="unknown features"):
+        ebc({"nope": feats["user"]})
