@@ -28,7 +28,7 @@ def test_killed_server_wait_raises_naming_it(make_job):
     with pytest.raises(osprey.OspreyError) as e:
         emb.pull(keys_on_both_servers()).wait()
     waited = time.monotonic() - t0
-    assert waited < 1.5 + 3.0, f"the wait took {waited:.1f} s, past the 1.5 s client timeout"
+    assert waited < 1.5 + 8.0, f"the wait took {waited:.1f} s, far past the 1.5 s client timeout"
     assert e.value.code_name == "DeadlineExceeded", str(e.value)
     assert e.value.server == rank, str(e.value)
     assert e.value.table == "emb", str(e.value)
@@ -122,7 +122,7 @@ def test_ctrl_c_interrupts_a_wait(make_job):
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         h.wait()
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 10.0, "the wait ran on towards the 20 s client timeout"
     with pytest.raises(TimeoutError, match="still in flight"):
         h.wait(timeout=0.2)
     job.procs["server-0"].send_signal(signal.SIGCONT)
@@ -141,7 +141,7 @@ def test_backward_returns_before_the_push_completes(make_job):
     try:
         t0 = time.monotonic()
         out.sum().backward()
-        assert time.monotonic() - t0 < 1.0, "backward waited for the push"
+        assert time.monotonic() - t0 < 10.0, "backward waited for the push (the client timeout is 20 s)"
         assert len(bag._pending) == 1 and not bag._pending[0].done()
     finally:
         for name in ("server-0", "server-1"):
