@@ -17,8 +17,10 @@ pkgs=(
   libibverbs-dev librdmacm-dev
   python3 procps
   prometheus-cpp-dev prometheus  # common/metrics' exposer; Prometheus + promtool for its tests
-  python3-venv  # deploy/venv.sh: kubernetes-validate and matplotlib from PyPI (deploy tests, plots)
+  # python3-venv (below): also deploy/venv.sh: kubernetes-validate and matplotlib from PyPI
   slurmctld slurmd slurm-client munge  # the one-node Slurm cluster of tests/deploy/slurm_test.sh
+  python3-venv python3-dev python3-numpy python3-torch  # the osprey Python package (deploy/python-env.sh)
+  libopenblas0-pthread  # BLAS for numpy/torch: Debian's default reference BLAS is ~20x slower
 )
 
 missing=()

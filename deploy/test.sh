@@ -31,5 +31,6 @@ if [ "${FUZZ_SECONDS:-30}" != "0" ]; then
   bash deploy/fuzz.sh
 fi
 
+BUILD_DIR=$BUILD_DIR bash deploy/python-env.sh  # the venv ctest's python_tests run in
 # Last, so that ctest's summary closes the output.
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900 "$@")

@@ -65,6 +65,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("pull_threads", &job->worker.pull_threads, 1, 8);
     s.Get("nccl", &job->worker.nccl);
     s.Get("dense_bucket_bytes", &job->worker.dense_bucket_bytes, 4096, uint64_t{1} << 34);
+    s.GetList("command", &job->worker.command);
     s.Section("cache", [&](YamlFields& c) {
       c.Get("capacity_rows", &job->worker.cache.capacity_rows, 0, (uint64_t{1} << 31) - 1);
       c.Get("capacity_fraction", &job->worker.cache.capacity_fraction, 0, 1);

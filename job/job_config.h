@@ -79,6 +79,10 @@ struct WorkerSection {
   uint64_t dense_bucket_bytes = 2 << 20;  // GPU: dense gradient buckets (whole chunks of the
                                           // dense table), sent while backward still runs
   WorkerCacheConfig cache;
+  // Non-empty: `osprey launch` runs this command (argv; e.g. [python3, examples/train_dlrm.py])
+  // once per worker rank instead of osprey-worker, with OSPREY_CONFIG, OSPREY_SETS,
+  // OSPREY_COORDINATOR, OSPREY_RANK and OSPREY_WORLD_SIZE in its environment (osprey.connect()).
+  std::vector<std::string> command;
 };
 
 // The whole job: the parameter-server part (cluster, tables, checkpoint, log level; a JobConfig

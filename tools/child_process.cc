@@ -31,7 +31,7 @@ Status ErrnoStatus(const std::string& what, int err) {
 
 // Runs in the forked child: only async-signal-safe calls until exec.
 [[noreturn]] void ExecChild(pid_t launcher, int log_fd, int null_fd, int err_fd,
-                            const std::vector<char*>& argv) {
+                            const std::vector<char*>& argv, char* const* envp) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) ::_exit(126);  // the launcher died before prctl took effect
@@ -47,7 +47,7 @@ Status ErrnoStatus(const std::string& what, int err) {
     (void)!::write(err_fd, &err, sizeof(err));
     ::_exit(127);
   }
-  ::execv(argv[0], argv.data());
+  ::execve(argv[0], argv.data(), envp);
   int err = errno;
   (void)!::write(err_fd, &err, sizeof(err));
   ::_exit(127);
@@ -81,6 +81,18 @@ StatusOr<size_t> ChildSet::Spawn(const ChildSpec& spec) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The environment: the launcher's, with spec.env's entries replacing those of the same name.
+  std::vector<std::string> env_strings = spec.env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const std::string& mine : spec.env) replaced = replaced || mine.compare(0, name.size() + 1, name + "=") == 0;
+    if (!replaced) env_strings.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
 
   int log_fd = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) return ErrnoStatus("cannot create log file " + spec.log_path, errno);
@@ -94,7 +106,7 @@ StatusOr<size_t> ChildSet::Spawn(const ChildSpec& spec) {
   }
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
-  if (pid == 0) ExecChild(launcher, log_fd, null_fd, err_pipe[1], argv);
+  if (pid == 0) ExecChild(launcher, log_fd, null_fd, err_pipe[1], argv, envp.data());
   int fork_errno = errno;
   ::close(log_fd);
   ::close(null_fd);

@@ -37,6 +37,7 @@ struct ChildSpec {
   std::string binary;             // path of the executable
   std::vector<std::string> args;  // argv[1..]
   std::string log_path;           // stdout + stderr go here (created or truncated)
+  std::vector<std::string> env;   // "KEY=VALUE" added to (or replacing in) the inherited environment
 };
 
 // How a child ended.

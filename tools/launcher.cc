@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include "tools/metrics_endpoints.h"
 #include "tools/progress.h"
 #include "tools/report.h"
+#include "tools/worker_command.h"
 
 namespace osprey::tools {
 namespace {
@@ -250,6 +252,17 @@ Status Launcher::StartChildren() {
                                       bin_dir_ + "/osprey-server", server_args, pids.get()));
   }
   for (int i = 0; i < config_.cluster.num_workers; ++i) {
+    if (!config_.worker.command.empty()) {  // users' own scripts (tools/worker_command.h)
+      std::vector<std::string> sets(common.begin() + 2, common.end());
+      sets.erase(std::remove(sets.begin(), sets.end(), std::string("--set")), sets.end());
+      OSPREY_ASSIGN_OR_RETURN(ChildSpec spec,
+                              WorkerCommandSpec(config_.worker.command, i, config_.cluster.num_workers, config_path_,
+                                                sets, endpoint_, log_dir_ + "/worker-" + std::to_string(i) + ".log"));
+      OSPREY_ASSIGN_OR_RETURN(size_t index, children_.Spawn(spec));
+      std::fprintf(pids.get(), "%s %d\n", spec.name.c_str(), static_cast<int>(children_.pid(index)));
+      std::fflush(pids.get());
+      continue;
+    }
     OSPREY_RETURN_IF_ERROR(StartChild("worker-" + std::to_string(i),
                                       bin_dir_ + "/osprey-worker", common, pids.get()));
   }

@@ -178,6 +178,25 @@ void YamlFields::GetList(const char* key, std::vector<int>* out, int64_t lo, int
   out->assign(v.begin(), v.end());
 }
 
+void YamlFields::GetList(const char* key, std::vector<std::string>* out) {
+  known_.emplace_back(key);
+  if (!status_.ok() || !Has(key)) return;
+  YAML::Node n = Lookup(key);
+  if (!n.IsSequence()) {
+    Fail(key, "expected a list like [python3, train.py]");
+    return;
+  }
+  std::vector<std::string> v;
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (!n[i].IsScalar()) {
+      Fail(key + ("[" + std::to_string(i) + "]"), "expected a string");
+      return;
+    }
+    v.push_back(n[i].Scalar());
+  }
+  *out = std::move(v);
+}
+
 void YamlFields::Section(const char* key, const std::function<void(YamlFields&)>& parse) {
   known_.emplace_back(key);
   if (!status_.ok() || !Has(key)) return;

@@ -53,6 +53,7 @@ class YamlFields {
   void Get(const char* key, double* out, double lo, double hi, bool lo_open = false);
   void GetList(const char* key, std::vector<int>* out, int64_t lo, int64_t hi);
   void GetList(const char* key, std::vector<uint64_t>* out, uint64_t lo, uint64_t hi);
+  void GetList(const char* key, std::vector<std::string>* out);  // a list of strings
   // A nested mapping: calls parse(sub_fields) when present (absent: nothing happens).
   void Section(const char* key, const std::function<void(YamlFields&)>& parse);
   // A sequence of mappings.

@@ -72,6 +72,27 @@ TEST(RequestTableTest, AFullWindowFailsTheTicketAtItsDeadline) {
   EXPECT_EQ(table.stats().bytes_pushed, 10u);
 }
 
+TEST(RequestTableTest, WaitReadyIsFalseUntilEveryReplyAndDeadlinesNameTheSilentServer) {
+  RequestTable table(300, 8, 1, Name);
+  Ticket t = table.Open(proto::OP_PULL_SPARSE, 0);
+  uint64_t a = table.Admit(t, 0, 0, nullptr, 0);
+  ASSERT_NE(table.Admit(t, 2, 0, nullptr, 0), 0u);
+  EXPECT_FALSE(table.WaitReady(t, 20)) << "no reply yet";
+  table.OnReply(Reply(a), Buffer());
+  EXPECT_FALSE(table.WaitReady(t, 20)) << "server 2 has not answered";
+  EXPECT_TRUE(table.WaitReady(t, 2000)) << "the deadline (300 ms) makes Wait return at once";
+  Status s = table.Wait(t);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("no reply within 300 ms from server 2"), std::string::npos) << s.ToString();
+
+  Ticket done = table.Open(proto::OP_PULL_SPARSE, 0);
+  uint64_t b = table.Admit(done, 1, 0, nullptr, 0);
+  table.OnReply(Reply(b), Buffer());
+  EXPECT_TRUE(table.WaitReady(done, 0));
+  EXPECT_TRUE(table.Wait(done).ok());
+  EXPECT_TRUE(table.WaitReady(done, 0)) << "an unknown ticket is ready (Wait reports it)";
+}
+
 TEST(RequestTableTest, StopAbortsWaitersAndLaterTickets) {
   RequestTable table(60000, 4, 1, Name);
   Ticket t = table.Open(proto::OP_PULL_DENSE, 0);

@@ -34,6 +34,16 @@ TEST(JobConfigTest, MinimalConfigLoadsWithDefaultsAndResolvesDenseSize) {
   EXPECT_EQ(job->TableIndex("nope"), -1);
 }
 
+TEST(JobConfigTest, WorkerCommandIsAListOfStrings) {
+  auto job = ParseJobConfig(std::string(kMinimal) + "worker:\n  command: [python3, examples/train_dlrm.py, --steps, 5]\n",
+                            "test.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->worker.command, (std::vector<std::string>{"python3", "examples/train_dlrm.py", "--steps", "5"}));
+  EXPECT_TRUE(ParseJobConfig(kMinimal, "test.yaml")->worker.command.empty());
+  ExpectError(std::string(kMinimal) + "worker:\n  command: python3\n", {}, "worker.command: expected a list");
+  ExpectError(std::string(kMinimal) + "worker:\n  command: [[a]]\n", {}, "worker.command[0]: expected a string");
+}
+
 TEST(JobConfigTest, UnknownKeyNamesFileAndPath) {
   ExpectError(std::string(kMinimal) + "cluster:\n  srvers: 3\n", {}, "test.yaml: cluster.srvers: unknown key");
 }

@@ -145,6 +145,8 @@ class Client {
   Ticket InitDense(uint32_t table, const float* values);
 
   Status Wait(Ticket ticket);
+  // True once Wait(ticket) would return at once; false after `max_ms` (RequestTable::WaitReady).
+  bool WaitReady(Ticket ticket, int max_ms) { return requests_.WaitReady(ticket, max_ms); }
 
   // Encodes the values of every later push to `table` (sparse rows and dense chunks alike) with
   // `encoder`, which the client owns from now on; nullptr: plain fp32 (the default). The encoder

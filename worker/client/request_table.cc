@@ -122,6 +122,18 @@ void RequestTable::OnReply(const proto::Header& header, Buffer values) {
   cv_.SignalAll();  // after unlocking, so the woken waiter does not block on mu_ again
 }
 
+std::string RequestTable::SilentServersLocked(Ticket ticket) const {
+  std::vector<int> servers;
+  for (const auto& [id, r] : pending_) {
+    if (r->ticket == ticket) servers.push_back(r->server);
+  }
+  std::sort(servers.begin(), servers.end());
+  servers.erase(std::unique(servers.begin(), servers.end()), servers.end());
+  std::string out = servers.size() == 1 ? "server" : "servers";
+  for (size_t i = 0; i < servers.size(); ++i) out += (i ? ", " : " ") + std::to_string(servers[i]);
+  return out;
+}
+
 void RequestTable::DropPendingLocked(Ticket ticket, TicketState* t) {
   for (auto p = pending_.begin(); t->remaining > 0 && p != pending_.end();) {
     if (p->second->ticket == ticket) {
@@ -147,7 +159,7 @@ Status RequestTable::Wait(Ticket ticket) {
     });
     if (!finished && t->status.ok()) {
       t->status = DeadlineExceeded(describe_(t->op, t->table) + ": no reply within " +
-                                   std::to_string(timeout_ms_) + " ms");
+                                   std::to_string(timeout_ms_) + " ms from " + SilentServersLocked(ticket));
     }
     if (stopped_ && t->status.ok() && t->remaining > 0) t->status = Aborted("client stopped");
     result = t->status;
@@ -163,6 +175,18 @@ Status RequestTable::Wait(Ticket ticket) {
     for (const std::unique_ptr<Request>& r : arrived) r->sink->Deliver(std::move(r->reply));
   }
   return result;
+}
+
+bool RequestTable::WaitReady(Ticket ticket, int max_ms) {
+  MutexLock lock(&mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) return true;
+  TicketState* t = it->second.get();
+  const Clock::time_point until = std::min(t->deadline, Clock::now() + std::chrono::milliseconds(max_ms));
+  bool ready = cv_.WaitUntil(&lock, until, [&]() REQUIRES(mu_) {
+    return t->remaining == 0 || !t->status.ok() || stopped_;
+  });
+  return ready || Clock::now() >= t->deadline;
 }
 
 bool RequestTable::Stop() {

@@ -89,6 +89,10 @@ class RequestTable {
   // (DeadlineExceeded), or Stop (Aborted); then delivers the replies (when OK) and forgets the
   // ticket. InvalidArgument for an unknown or already waited ticket.
   Status Wait(Ticket ticket) EXCLUDES(mu_);
+  // Blocks until Wait(ticket) would not block (every message answered, a failure, the ticket's
+  // deadline, Stop, or an unknown ticket) or `max_ms` passed; true in the first case. Lets a
+  // caller wait in slices (e.g. the Python binding, which checks for Ctrl-C between them).
+  bool WaitReady(Ticket ticket, int max_ms) EXCLUDES(mu_);
 
   // Fails every open ticket with Aborted, wakes every waiter; later Opens fail at once. True
   // the first time (the caller then stops what feeds the table).
@@ -119,6 +123,8 @@ class RequestTable {
   void FailLocked(TicketState* t, const Status& s) REQUIRES(mu_);
   // Forgets the ticket's unanswered requests (late replies are then dropped).
   void DropPendingLocked(Ticket ticket, TicketState* t) REQUIRES(mu_);
+  // "server 1" / "servers 0, 2": the servers that have not answered `ticket` yet.
+  std::string SilentServersLocked(Ticket ticket) const REQUIRES(mu_);
 
   const int timeout_ms_;
   const int max_inflight_;

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""DLRM in plain PyTorch on osprey.torch: the embedding rows and the dense MLP live on the Osprey
+servers; this script is one worker. Run it under the launcher (configs/python.yaml sets
+worker.command to this script):
+
+    osprey launch configs/python.yaml
+
+It trains on the planted synthetic data (osprey.data, the same streams as the C++ worker: worker
+r reads stream r), rank 0 evaluates on the held-out stream and prints the AUC, and every worker
+sends its report, so the launcher's progress line and final report work as for osprey-worker.
+The model is the C++ worker's DLRM (worker/models/dlrm.h), layer for layer and in the same flat
+parameter layout: bottom MLP -> z0; z0 and the 26 rows -> pairwise dots; top MLP -> logit.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+# One BLAS thread per worker, as osprey-worker computes on one core (set before numpy loads BLAS).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import osprey
+import osprey.torch as ot
+from osprey.data import EVAL_STREAM, Synthetic, auc
+
+
+class Mlp(torch.nn.Module):
+    """Layers x @ W + b with W [in x out] (the C++ layout), ReLU on all but the last when
+    `last_linear`; He init for ReLU layers, Glorot for the final linear one, zero biases."""
+
+    def __init__(self, widths_in, widths, last_linear, gen):
+        super().__init__()
+        self.relu = [not (last_linear and i == len(widths) - 1) for i in range(len(widths))]
+        self.params = torch.nn.ParameterList()
+        fan_in = widths_in
+        for i, out in enumerate(widths):
+            std = math.sqrt(2.0 / fan_in) if self.relu[i] else math.sqrt(2.0 / (fan_in + out))
+            self.params.append(torch.nn.Parameter(torch.randn(fan_in, out, generator=gen) * std))
+            self.params.append(torch.nn.Parameter(torch.zeros(out)))
+            fan_in = out
+
+    def forward(self, x):
+        for i in range(len(self.relu)):
+            x = torch.addmm(self.params[2 * i + 1], x, self.params[2 * i])
+            if self.relu[i]:
+                x = torch.relu(x)
+        return x
+
+
+class DotInteraction(torch.autograd.Function):
+    """The pairwise dots z_i . z_j (i < j) of z [B x (F+1) x d], in the C++ order (0,1), (0,2), ...
+    Computed as one batched Gram matrix in numpy: with Debian's torch 1.13, torch.bmm's backward
+    runs as per-sample slices and costs 3x the numpy version (bench/python/README.md)."""
+
+    @staticmethod
+    def forward(ctx, z, flat):
+        zn = z.detach().numpy()
+        ctx.save_for_backward(z)
+        ctx.flat = flat
+        gram = np.matmul(zn, zn.transpose(0, 2, 1))
+        return torch.from_numpy(np.ascontiguousarray(gram.reshape(zn.shape[0], -1)[:, flat]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        zn = z.detach().numpy()
+        b, n, _ = zn.shape
+        dg = np.zeros((b, n * n), dtype=np.float32)
+        dg[:, ctx.flat] = grad.contiguous().numpy()
+        dg = dg.reshape(b, n, n)
+        return torch.from_numpy(np.matmul(dg + dg.transpose(0, 2, 1), zn)), None
+
+
+class Dlrm(torch.nn.Module):
+    def __init__(self, table, info, seed):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        d, f = info["embedding_dim"], info["num_sparse"]
+        self.bottom = Mlp(info["num_dense"], info["bottom_mlp"], False, gen)
+        self.top = Mlp(d + (f + 1) * f // 2, info["top_mlp"], True, gen)
+        self.emb = ot.EmbeddingBag(table, mode="sum")
+        iu = np.triu_indices(f + 1, 1)
+        self.flat = iu[0] * (f + 1) + iu[1]
+
+    def forward(self, dense, keys):
+        b, f = keys.shape
+        z0 = self.bottom(dense)
+        rows = self.emb(keys.reshape(-1, 1)).view(b, f, -1)  # one id per bag: the row itself
+        z = torch.cat([z0.unsqueeze(1), rows], dim=1)
+        dots = DotInteraction.apply(z, self.flat)
+        return self.top(torch.cat([z0, dots], dim=1)).squeeze(1)
+
+
+def evaluate(model, client, samples):
+    gen = Synthetic(client, stream=EVAL_STREAM)
+    probs, labels, oracle = [], [], []
+    model.eval()
+    with torch.no_grad():
+        while sum(len(p) for p in probs) < samples:
+            n = min(4096, samples - sum(len(p) for p in probs))
+            dense, keys, y, o = gen.next(n)
+            probs.append(torch.sigmoid(model(torch.from_numpy(dense), torch.from_numpy(keys.view(np.int64)))).numpy())
+            labels.append(y)
+            oracle.append(o)
+    p, y, o = np.concatenate(probs), np.concatenate(labels), np.concatenate(oracle)
+    eps = 1e-7
+    logloss = float(-np.mean(y * np.log(np.clip(p, eps, 1)) + (1 - y) * np.log(np.clip(1 - p, eps, 1))))
+    return auc(p, y), logloss, auc(o, y), len(p)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", help="job config (default: $OSPREY_CONFIG, set by osprey launch)")
+    ap.add_argument("--steps", type=int, help="steps per worker (default: train.steps)")
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OSPREY_TORCH_THREADS", "1")),
+                    help="torch intra-op threads (default 1: one core per worker, as osprey-worker)")
+    ap.add_argument("--no-prefetch", action="store_true",
+                    help="pull each batch's rows in its forward, not with the previous step's dense pull")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    client = osprey.connect(config=args.config)
+    info = client.info
+    if info["model"] != "dlrm" or info["data_source"] != "synthetic":
+        raise SystemExit("train_dlrm.py: needs model.type dlrm and data.source synthetic")
+    model = Dlrm(client.table(info["sparse_table"]), info, info["seed"])
+    opt = ot.DenseOptimizer(model.parameters(), client.table(info["dense_table"]))
+    gen = Synthetic(client, stream=client.rank)
+    steps, batch = args.steps or info["steps"], info["batch_size"]
+    avg = None
+    start = time.monotonic()
+    dense, keys, labels, _ = gen.next(batch)
+    for step in range(steps):
+        logit = model(torch.from_numpy(dense), torch.from_numpy(keys.view(np.int64)))
+        loss = F.binary_cross_entropy_with_logits(logit, torch.from_numpy(labels))
+        opt.zero_grad()
+        loss.backward()
+        value = loss.item()
+        avg = value if avg is None else 0.95 * avg + 0.05 * value
+        dense, keys, labels, _ = gen.next(batch)  # the next batch, whose rows come with the dense pull
+        next_ids = torch.from_numpy(keys.view(np.int64)).reshape(-1, 1)
+        opt.step(samples=batch, loss=avg, overlap=None if args.no_prefetch else lambda: model.emb.prefetch(next_ids))
+    seconds = time.monotonic() - start
+    print(f"worker {client.rank} of {client.world_size}: {steps} steps of batch {batch} in {seconds:.1f} s "
+          f"({steps * batch / seconds:.0f} samples/s), loss {avg:.4f}", flush=True)
+    client.barrier("train-done")
+    result = {}
+    if client.rank == 0 and info["eval_samples"] > 0:
+        opt.refresh()
+        a, ll, oracle, n = evaluate(model, client, info["eval_samples"])
+        result = dict(auc=a, logloss=ll, oracle_auc=oracle, eval_samples=n)
+        print(f"held-out: AUC {a:.4f} (oracle {oracle:.4f}), logloss {ll:.4f} on {n} samples", flush=True)
+    client.report(steps=steps, samples=steps * batch, train_seconds=seconds, loss=avg, **result)
+    client.close()
+
+
+if __name__ == "__main__":
+    main()

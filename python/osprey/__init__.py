@@ -1,0 +1,297 @@
+"""Osprey from Python: a worker's client of a running Osprey job.
+
+    import osprey
+    client = osprey.connect()                # the job `osprey launch` runs this script in
+    emb = client.table("embeddings")
+    h = emb.pull(keys)                       # asynchronous; numpy arrays or torch CPU tensors
+    rows = h.wait()
+
+Every call that talks to the servers is asynchronous and returns a Handle; Handle.wait() blocks
+(GIL released, Ctrl-C interrupts it) until the servers replied, and raises OspreyError carrying
+the Status code, the table and the server when something failed. Every wait is bounded by the
+job's client.timeout_ms (and by wait's own timeout when given).
+
+numpy is the only dependency; osprey.torch (the server-side EmbeddingBag and the dense
+optimizer) imports torch when it is imported.
+"""
+import os
+import re
+
+import numpy as np
+
+from . import _C
+from . import data  # noqa: F401  (osprey.data)
+
+__all__ = ["connect", "Client", "Table", "Handle", "OspreyError"]
+
+
+class OspreyError(RuntimeError):
+    """A failed Osprey call. Attributes: code (int, osprey::StatusCode), code_name (e.g.
+    "DeadlineExceeded"), message, table (name or None), server (rank or None)."""
+
+    def __init__(self, code, code_name, message):
+        super().__init__(f"{code_name}: {message}")
+        self.code = code
+        self.code_name = code_name
+        self.message = message
+        m = re.search(r"table '([^']*)'", message)
+        self.table = m.group(1) if m else None
+        m = re.search(r"servers? (\d+)", message)
+        self.server = int(m.group(1)) if m else None
+
+
+_C._set_error_class(OspreyError)
+
+_ENV_CONFIG = "OSPREY_CONFIG"
+_ENV_SETS = "OSPREY_SETS"
+_ENV_COORDINATOR = "OSPREY_COORDINATOR"
+_ENV_RANK = "OSPREY_RANK"
+
+
+def _as_keys(keys):
+    """u64 keys as a contiguous 1-D numpy array (a view when they already are)."""
+    if hasattr(keys, "numpy") and hasattr(keys, "device"):  # a torch tensor, without importing torch
+        if keys.device.type != "cpu":
+            raise NotImplementedError("osprey: only CPU tensors are supported in this build (got %s)" % keys.device)
+        keys = keys.detach().numpy()
+    arr = np.ascontiguousarray(keys).reshape(-1)
+    if arr.dtype != np.uint64:
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"osprey: keys must be integers, got {arr.dtype}")
+        arr = arr.astype(np.uint64)
+    return arr
+
+
+def _as_floats(x, what):
+    """float32 contiguous numpy view of a numpy array or torch CPU tensor (zero-copy when it is one)."""
+    if hasattr(x, "numpy") and hasattr(x, "device"):
+        if x.device.type != "cpu":
+            raise NotImplementedError("osprey: only CPU tensors are supported in this build (got %s)" % x.device)
+        x = x.detach().numpy()
+    arr = np.ascontiguousarray(x, dtype=np.float32)
+    return arr
+
+
+class Handle:
+    """One asynchronous call. wait(timeout=None) returns its result (the pulled array, or None for
+    a push) or raises OspreyError; TimeoutError when `timeout` seconds passed first (the call is
+    still in flight: wait again). Every handle should be waited on once; one that is dropped
+    unwaited is finished by its client later (its arrays stay alive until then)."""
+
+    __slots__ = ("_client", "_ticket", "_keep", "_result", "_done")
+
+    def __init__(self, client, ticket, keep, result=None):
+        self._client = client
+        self._ticket = ticket
+        self._keep = keep
+        self._result = result
+        self._done = False
+
+    def wait(self, timeout=None):
+        if not self._done:
+            self._client._c.wait(self._ticket, -1.0 if timeout is None else float(timeout))
+            self._done = True
+            self._keep = None
+        return self._result
+
+    def done(self):
+        """True when wait() would not block."""
+        return self._done or self._client._c.ready(self._ticket)
+
+    def __del__(self):
+        if not getattr(self, "_done", True) and self._client is not None:
+            self._client._abandon(self._ticket, self._keep)
+
+
+class Table:
+    """A table of the job by name: sparse (rows of `dim` floats by u64 key) or dense (`size`
+    floats). `clock` defaults to the client's clock (the step the worker is at)."""
+
+    def __init__(self, client, name, tid, sparse, dim, size):
+        self.client = client
+        self.name = name
+        self.id = tid
+        self.sparse = sparse
+        self.dim = dim
+        self.size = size
+
+    def __repr__(self):
+        kind = f"sparse, dim {self.dim}" if self.sparse else f"dense, {self.size} floats"
+        return f"osprey.Table('{self.name}', {kind})"
+
+    def _clock(self, clock):
+        return self.client.clock if clock is None else int(clock)
+
+    def pull(self, keys, out=None, clock=None):
+        """Rows of `keys` (duplicates allowed) into `out` ([n, dim] float32; allocated when None)."""
+        self._need(True, "pull")
+        k = _as_keys(keys)
+        if out is None:
+            out = np.empty((k.shape[0], self.dim), dtype=np.float32)
+        o = _as_writable(out)
+        t = self.client._c.pull(self.id, k, o, self._clock(clock))
+        return Handle(self.client, t, (k, o), out)
+
+    def push(self, keys, grads, clock=None):
+        """Gradient rows ([n, dim]) of `keys`; the servers' optimizer applies them."""
+        self._need(True, "push")
+        k = _as_keys(keys)
+        g = _as_floats(grads, "grads")
+        t = self.client._c.push(self.id, k, g, self._clock(clock))
+        return Handle(self.client, t, (k, g))
+
+    def pull_dense(self, out=None, clock=None):
+        self._need(False, "pull_dense")
+        if out is None:
+            out = np.empty(self.size, dtype=np.float32)
+        o = _as_writable(out)
+        t = self.client._c.pull_dense(self.id, o, self._clock(clock))
+        return Handle(self.client, t, o, out)
+
+    def push_dense(self, grads, clock=None):
+        self._need(False, "push_dense")
+        g = _as_floats(grads, "grads")
+        t = self.client._c.push_dense(self.id, g, self._clock(clock))
+        return Handle(self.client, t, g)
+
+    def init_dense(self, values):
+        """Initial values of a dense table unless another worker already gave them (first wins)."""
+        self._need(False, "init_dense")
+        v = _as_floats(values, "values")
+        return Handle(self.client, self.client._c.init_dense(self.id, v), v)
+
+    def _need(self, sparse, what):
+        if self.sparse != sparse:
+            kind = "sparse" if self.sparse else "dense"
+            raise TypeError(f"osprey: {what} on {kind} table '{self.name}'")
+
+
+def _as_writable(out):
+    if hasattr(out, "numpy") and hasattr(out, "device"):
+        if out.device.type != "cpu":
+            raise NotImplementedError("osprey: only CPU tensors are supported in this build (got %s)" % out.device)
+        out = out.detach().numpy()
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise TypeError("osprey: `out` must be a C-contiguous float32 array or CPU tensor")
+    return out
+
+
+class Client:
+    """A worker's membership of a running job (see connect()). Not picklable and not usable in a
+    forked child: each process calls osprey.connect() itself."""
+
+    def __init__(self, c):
+        self._c = c
+        self._pid = os.getpid()
+        self._abandoned = []
+        self._bags = []  # osprey.torch.EmbeddingBags on this client (their pushes are waited in step())
+        self.clock = 0  # the worker's step: pulls wait for it under bsp / ssp
+        self.rank = c.rank
+        self.world_size = c.num_workers
+        self.info = c.info()
+        self._tables = {}
+        for name, tid, sparse, dim, size in c.tables():
+            self._tables[name] = Table(self, name, tid, sparse, dim, size)
+
+    def table(self, name):
+        """The table called `name`; KeyError listing the job's tables when there is none."""
+        try:
+            return self._tables[name]
+        except KeyError:
+            raise KeyError(f"osprey: no table '{name}' in this job; its tables: {', '.join(sorted(self._tables))}") from None
+
+    __getitem__ = table
+
+    @property
+    def tables(self):
+        return dict(self._tables)
+
+    @property
+    def servers(self):
+        return self._c.servers()
+
+    def barrier(self, name="barrier", timeout=None):
+        """Blocks until every live worker of the job reached barrier `name`."""
+        ms = int((timeout if timeout is not None else 10 * self.info["timeout_ms"] / 1000.0) * 1000)
+        self._c.barrier(name, ms)
+
+    def step(self, samples=0, loss=0.0):
+        """Advances the clock (one training step done); the heartbeats carry it, with `samples` and `loss`,
+        to the launcher's progress line."""
+        self.clock += 1
+        self._samples = getattr(self, "_samples", 0) + int(samples)
+        self._c.set_progress(self.clock, self._samples, float(loss))
+
+    def report(self, steps=None, samples=None, train_seconds=0.0, loss=0.0, auc=None, logloss=0.0,
+               oracle_auc=0.0, eval_samples=0):
+        """This worker's final report (what `osprey launch` prints); the job is done once every worker sent one."""
+        steps = self.clock if steps is None else steps
+        samples = getattr(self, "_samples", 0) if samples is None else samples
+        self._c.report(int(steps), int(samples), float(train_seconds), float(loss),
+                       -1.0 if auc is None else float(auc), float(logloss), float(oracle_auc), int(eval_samples))
+
+    def stats(self):
+        return self._c.stats()
+
+    def checkpoint(self, *args, **kwargs):
+        raise NotImplementedError("osprey: checkpoint from Python is not implemented yet; use `osprey checkpoint`")
+
+    def close(self):
+        self._reap(block=True)
+        self._c.close()
+
+    def _abandon(self, ticket, keep):
+        self._abandoned.append((ticket, keep))
+        self._reap(block=False)
+
+    def _reap(self, block):
+        if os.getpid() != self._pid:
+            return
+        still = []
+        for ticket, keep in self._abandoned:
+            try:
+                if block or self._c.ready(ticket):
+                    self._c.wait(ticket, -1.0)
+                    continue
+            except Exception:
+                continue
+            still.append((ticket, keep))
+        self._abandoned = still
+
+    def __getstate__(self):
+        raise TypeError("osprey.Client cannot be pickled: it holds live connections to the job. Call "
+                        "osprey.connect() in each process (e.g. in a DataLoader worker_init_fn), or keep "
+                        "the client in the training process and have DataLoader workers only load data")
+
+    def __reduce_ex__(self, protocol):
+        self.__getstate__()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def connect(config=None, coordinator=None, rank=None, sets=None, timeout=None):
+    """Joins the running job as one of its workers and returns a Client.
+
+    config: the job's YAML (default: $OSPREY_CONFIG, which `osprey launch` sets); sets: extra
+    "key=value" overrides (default: $OSPREY_SETS, one per line); coordinator: the coordinator's
+    endpoint (default: $OSPREY_COORDINATOR, else the config's); rank: the worker rank to ask for
+    (default $OSPREY_RANK, else any); timeout: seconds to wait for every worker to register
+    (default cluster.startup_timeout_ms). Raises OspreyError (e.g. DeadlineExceeded naming the
+    coordinator when none answers)."""
+    config = config or os.environ.get(_ENV_CONFIG)
+    if not config:
+        raise ValueError("osprey.connect: no job config: pass config=... or run under `osprey launch` "
+                         f"(which sets ${_ENV_CONFIG})")
+    if sets is None:
+        sets = [s for s in os.environ.get(_ENV_SETS, "").split("\n") if s]
+    coordinator = coordinator or os.environ.get(_ENV_COORDINATOR, "")
+    if rank is None:
+        rank = int(os.environ.get(_ENV_RANK, "-1"))
+    ms = -1 if timeout is None else max(1, int(timeout * 1000))
+    client = Client(_C.JobClient.connect(str(config), list(sets), coordinator, int(rank), ms))
+    client._config, client._sets = str(config), list(sets) + ([f"cluster.coordinator={coordinator}"] if coordinator else [])
+    return client
