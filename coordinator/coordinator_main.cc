@@ -66,7 +66,7 @@ int Run(const Flags& flags) {
   metrics::Registry registry;
   std::unique_ptr<metrics::Exposer> exposer;
   if (config->metrics.enabled()) {
-    coordinator::ExportCoordinatorMetrics(&coord, &registry);
+    coordinator::ExportCoordinatorMetrics(&coord, &registry, config->metrics.single_worker_samples_per_sec);
     auto started = metrics::Exposer::Start({config->metrics.bind, config->metrics.port}, &registry);
     if (!started.ok()) {
       OSPREY_LOG_ERROR("{}", started.status().ToString());

@@ -1,18 +1,69 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace osprey::coordinator {
 namespace {
 
 const char* RoleLabel(proto::Role role) { return role == proto::ROLE_SERVER ? "server" : "worker"; }
 
+// The scrape callbacks' tracker: each scrape feeds it the live workers' sample counts.
+struct SharedTracker {
+  explicit SharedTracker(double baseline) : tracker(baseline) {}
+  Mutex mu;
+  ThroughputTracker tracker GUARDED_BY(mu);
+
+  void Refresh(const Coordinator* coord) REQUIRES(mu) {
+    const proto::ClusterState state = coord->State();
+    const auto now = ThroughputTracker::Clock::now();
+    for (const proto::NodeState& n : state.nodes()) {
+      if (n.role() != proto::ROLE_WORKER) continue;
+      if (n.alive()) {
+        tracker.Observe(n.rank(), n.samples(), now);
+      } else {
+        tracker.Forget(n.rank());
+      }
+    }
+  }
+};
+
 }  // namespace
 
-void ExportCoordinatorMetrics(const Coordinator* coord, metrics::Registry* registry) {
+void ExportCoordinatorMetrics(const Coordinator* coord, metrics::Registry* registry,
+                              double single_worker_samples_per_sec) {
   using metrics::Kind;
   using metrics::Sample;
+  auto shared = std::make_shared<SharedTracker>(single_worker_samples_per_sec);
+  registry->AddCallback(Kind::kGauge, "osprey_coordinator_worker_samples_per_second",
+                        "A live worker's samples/s, averaged since it started training.", [coord, shared] {
+    MutexLock lock(&shared->mu);
+    shared->Refresh(coord);
+    std::vector<Sample> out;
+    for (const auto& [rank, rate] : shared->tracker.Rates()) {
+      Sample s;
+      s.labels = {{"rank", std::to_string(rank)}};
+      s.value = rate;
+      out.push_back(s);
+    }
+    return out;
+  });
+  registry->AddCallback(Kind::kGauge, "osprey_coordinator_scaling_efficiency",
+                        "Mean worker samples/s over one worker's (metrics.single_worker_samples_per_sec, "
+                        "else the fastest worker's).", [coord, shared] {
+    MutexLock lock(&shared->mu);
+    shared->Refresh(coord);
+    std::vector<Sample> out;
+    if (std::optional<double> e = shared->tracker.Efficiency()) {
+      Sample s;
+      s.value = *e;
+      out.push_back(s);
+    }
+    return out;
+  });
   registry->AddCallback(Kind::kGauge, "osprey_coordinator_nodes",
                         "Registered nodes by role and liveness.", [coord] {
     int counts[2][2] = {{0, 0}, {0, 0}};  // [server?][alive?]

@@ -166,7 +166,9 @@ Status GpuTrainer::SendInline(int64_t step) {
   auto t0 = Clock::now();
   Status s = CommStep(step);
   if (s.ok()) s = PushStep(step);
-  times_.push += Since(t0);
+  const double push_s = Since(t0);
+  times_.push += push_s;
+  Count(StepMetrics::kPush, push_s);
   return s;
 }
 
@@ -183,7 +185,9 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
     StepInput* in = &inputs_[t % opt_.ring];
     auto t0 = Clock::now();
     status = prefetch ? board_->WaitFor(kReady, t) : PrepareInline(t, in);
-    times_.wait_input += Since(t0);
+    const double wait_s = Since(t0);
+    times_.wait_input += wait_s;
+    Count(StepMetrics::kWaitInput, wait_s);
     if (status.code() == StatusCode::kOutOfRange) {  // a finite data source ended
       status = Status::OK();
       break;
@@ -193,12 +197,15 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
     if (status.ok() && !prefetch) status = SendInline(t);
     if (!status.ok()) break;
     computed = t + 1;
+    if (step_metrics_) step_metrics_->ObserveStep(Since(t0));
     if (on_log && (t + 1) % job_.train.log_every_steps == 0) on_log(progress());
   }
   if (prefetch && status.ok()) {  // let the comm and pusher threads send what was computed
     auto t0 = Clock::now();
     status = board_->WaitFor(kPushed, computed - 1);
-    times_.push += Since(t0);
+    const double push_s = Since(t0);
+    times_.push += push_s;
+    Count(StepMetrics::kPush, push_s);
   }
   StopPrefetch();
   Status pushes = exchange_.WaitPushes(std::numeric_limits<int64_t>::max());
@@ -294,6 +301,12 @@ StatusOr<EvalResult> GpuTrainer::Evaluate() {
     oracle.insert(oracle.end(), batch.oracle_prob.begin(), batch.oracle_prob.end());
   }
   return ScoreEvaluation(probs, labels, oracle);
+}
+
+void GpuTrainer::SetMetrics(metrics::Registry* registry) {
+  step_metrics_ = std::make_unique<StepMetrics>(registry, DlrmFlopsPerSample(job_.model.model.dlrm),
+                                                job_.metrics.peak_flops_per_sec);
+  cache_metrics_ = std::make_unique<CacheMetrics>(registry);
 }
 
 Progress GpuTrainer::progress() const {

@@ -77,7 +77,8 @@ Trainer::Trainer(const config::JobConfig& job, int rank, int num_workers, Client
     : job_(job), rank_(rank), num_workers_(num_workers), client_(client) {}
 
 void Trainer::SetMetrics(metrics::Registry* registry) {
-  step_metrics_ = std::make_unique<StepMetrics>(registry);
+  const double flops = job_.model.model.type == "dlrm" ? DlrmFlopsPerSample(job_.model.model.dlrm) : 0;
+  step_metrics_ = std::make_unique<StepMetrics>(registry, flops, job_.metrics.peak_flops_per_sec);
 }
 
 Trainer::~Trainer() {
@@ -176,6 +177,9 @@ Status Trainer::Step(data::Batch* batch) {
   Status s2 = client_->Wait(pull_dense);
   times_.pull += Since(t2);
   times_.wait_input += Since(t0);
+  if (step_metrics_ != nullptr && s1.ok() && s2.ok()) {
+    step_metrics_->OnPull(clock, client_->version(sparse_table_), client_->version(dense_table_));
+  }
   auto t3 = Clock::now();
   OSPREY_RETURN_IF_ERROR(WaitPushes());  // last step's pushes; they overlapped with this pull
   times_.push += Since(t3);
@@ -207,11 +211,13 @@ Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
   data::Batch batch;
   for (int64_t i = 0; i < job_.train.steps; ++i) {
     const StepTimes before = times_;
+    const uint64_t samples_before = samples_.load();
     const auto step_start = std::chrono::steady_clock::now();
     Status s = Step(&batch);
     if (step_metrics_ != nullptr && s.ok()) {
       step_metrics_->OnStep(before, times_, std::chrono::duration<double>(
                                                 std::chrono::steady_clock::now() - step_start).count());
+      step_metrics_->AddSamples(samples_.load() - samples_before);
     }
     if (s.code() == StatusCode::kOutOfRange) break;
     OSPREY_RETURN_IF_ERROR(s);

@@ -12,8 +12,8 @@ import subprocess
 from metrics_util import PROMTOOL, SOURCE_DIR, check
 
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
-# Named by the dashboard, not exported yet (README "Metrics and monitoring": GPU cache counters).
-PENDING = {"osprey_worker_cache_hits_total", "osprey_worker_cache_lookups_total"}
+# Named by the dashboard, not exported yet (none now: the GPU cache counters are exported).
+PENDING = set()
 
 
 def promtool(*args):
@@ -48,7 +48,8 @@ def main():
     check(len(dash["panels"]) >= 8 and all(p["targets"] for p in dash["panels"]), "panels without queries")
     ids = [p["id"] for p in dash["panels"]]
     check(len(ids) == len(set(ids)), "duplicate panel ids")
-    for title in ["Throughput", "Step time breakdown", "Bytes", "staleness", "cache", "Heartbeat lag"]:
+    for title in ["Throughput", "Step time breakdown", "Bytes", "staleness", "cache", "Heartbeat lag",
+                  "Scaling efficiency"]:
         check(any(title.lower() in p["title"].lower() for p in dash["panels"]), "no panel about " + title)
     exprs += re.findall(r"expr:\s*[|]?\s*(.+?)\n\s+for:", open(os.path.join(DEPLOY, "prometheus", "alerts.yml")).read(), re.S)
     known = exported_names()

@@ -42,6 +42,7 @@
 #include "worker/gpu_trainer.h"
 #include "worker/models/dlrm.h"
 #include "worker/trainer.h"
+#include "worker/worker_metrics.h"
 
 namespace osprey::worker::gpu {
 
@@ -68,8 +69,16 @@ class GpuTrainer final : public TrainLoop {
   Progress progress() const override;
   double train_seconds() const override { return train_seconds_; }
   void FillReport(proto::WorkerReport* report) const override;
+  // Step-time phases, pull staleness, FLOPs and the cache's counters (worker_metrics.h); call
+  // after Init, before Run.
+  void SetMetrics(metrics::Registry* registry) override;
 
  private:
+  // Adds `seconds` to phase p of the step metrics (each thread its own phases; thread-safe).
+  void Count(StepMetrics::Phase p, double seconds) const {
+    if (step_metrics_) step_metrics_->AddPhase(p, seconds);
+  }
+
   // Init, in order.
   Status InitModel();    // the CPU model's shape, the tables, opt_
   Status InitDevice();   // the device, the cache, GpuDlrm, the streams
@@ -149,6 +158,10 @@ class GpuTrainer final : public TrainLoop {
   double nccl_bcast_seconds_ = 0;
   uint64_t rows_pulled_[kMaxPullers] = {};
   double pull_seconds_[kMaxPullers] = {};
+  // Set by SetMetrics before Run, then read-only pointers: step_metrics_'s methods are
+  // thread-safe (atomic adds); cache_metrics_ is updated by the planner only, once per step.
+  std::unique_ptr<StepMetrics> step_metrics_;
+  std::unique_ptr<CacheMetrics> cache_metrics_;
 };
 
 }  // namespace osprey::worker::gpu

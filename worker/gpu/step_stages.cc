@@ -36,7 +36,9 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   auto t0 = Clock::now();
   const data::Batch* batch = nullptr;
   OSPREY_RETURN_IF_ERROR(reader_->Take(step, &in->host, &batch));
-  times_.read += Since(t0);
+  const double read_s = Since(t0);
+  times_.read += read_s;
+  Count(StepMetrics::kRead, read_s);
   const data::Batch& b = *batch;
   if (b.size > opt_.max_batch || b.num_sparse != num_sparse_ || b.num_dense != num_dense_features_) {
     return InvalidArgument("step " + std::to_string(step) + ": batch of " + std::to_string(b.size) + " samples with " +
@@ -72,12 +74,20 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
                                               cudaMemcpyDeviceToHost, plan_stream_));
   // Also orders the copies above before anything the puller or the compute stream does.
   OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(plan_stream_));
-  times_.dedupe += Since(t1);
+  const double dedupe_s = Since(t1);
+  times_.dedupe += dedupe_s;
+  Count(StepMetrics::kDedupe, dedupe_s);
 
   auto t2 = Clock::now();
   OSPREY_RETURN_IF_ERROR(cache_->Plan(step, in->h_unique.as<uint64_t>(), u, in->h_slots.as<int32_t>(),
                                       &in->miss_keys, &in->miss_slots));
-  times_.cache += Since(t2);
+  const double cache_s = Since(t2);
+  times_.cache += cache_s;
+  Count(StepMetrics::kCache, cache_s);
+  if (cache_metrics_) {  // once per step: the shards' sums, no per-row work
+    const RowCacheStats cs = cache_->stats();
+    cache_metrics_->Update(cs.lookups, cs.hits, cs.evictions);
+  }
   return Status::OK();
 }
 
@@ -96,7 +106,10 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
                                             host_group_ ? &host_group_->own_servers() : nullptr,
                                             &in->sparse_version, &in->dense_version));
   rows_pulled_[puller] += m;
-  pull_seconds_[puller] += Since(t3);
+  const double pull_s = Since(t3);
+  pull_seconds_[puller] += pull_s;
+  Count(StepMetrics::kPull, pull_s);
+  if (step_metrics_) step_metrics_->OnPull(step, in->sparse_version, in->dense_version);
   cudaStream_t pull_stream = pull_stream_[puller];
 
   // The pulled rows go into their slots only after the previous step's gather read the cache
@@ -144,7 +157,9 @@ Status GpuTrainer::Compute(StepInput* in) {
   auto t0 = Clock::now();
   OSPREY_RETURN_IF_ERROR(board_->WaitFor(kPushed, step - 2));
   board_->OpenStep(step);
-  times_.push += Since(t0);
+  const double push_wait_s = Since(t0);
+  times_.push += push_wait_s;
+  Count(StepMetrics::kPush, push_wait_s);
   auto t1 = Clock::now();
   OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_stream_, in->ready, 0));
   OSPREY_RETURN_IF_ERROR(cuda::GatherRows(d_cache_.as<float>(), in->d_slots.as<int32_t>(), u, dim_,
@@ -194,12 +209,16 @@ Status GpuTrainer::Compute(StepInput* in) {
     bcast_s = ms * 1e-3;
   }
   nccl_bcast_seconds_ += bcast_s;
-  times_.compute += Since(t1) - bcast_s;  // the compute stream waited for the broadcast
+  const double compute_s = Since(t1) - bcast_s;  // the compute stream waited for the broadcast
+  times_.compute += compute_s;
+  Count(StepMetrics::kCompute, compute_s);
+  Count(StepMetrics::kNccl, bcast_s);
   const float loss = h_loss_.as<float>()[0];
   if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
   double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
   loss_.store(avg);
   samples_.fetch_add(in->batch);
+  if (step_metrics_) step_metrics_->AddSamples(in->batch);
   step_.fetch_add(1);
   return Status::OK();
 }
@@ -260,6 +279,7 @@ Status GpuTrainer::PushStep(int64_t step) {
   }
   exchange_.EndStep(step);
   nccl_reduce_seconds_ += nccl_s;
+  Count(StepMetrics::kNccl, nccl_s);
   board_->Reach(kPushed, step);
   return Status::OK();
 }
