@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 
 from metrics_util import PROMTOOL, SOURCE_DIR, check
 
@@ -51,6 +52,16 @@ def main():
     for title in ["Throughput", "Step time breakdown", "Bytes", "staleness", "cache", "Heartbeat lag",
                   "Scaling efficiency"]:
         check(any(title.lower() in p["title"].lower() for p in dash["panels"]), "no panel about " + title)
+    # Every dashboard query parses as PromQL: promtool checks them as recording rules.
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write("groups:\n- name: dashboard\n  rules:\n")
+        for i, e in enumerate(exprs):
+            f.write("  - record: osprey:dashboard_%d\n    expr: %s\n" % (i, json.dumps(e)))
+    try:
+        out = promtool("check", "rules", f.name)
+        check("SUCCESS: %d rules found" % len(exprs) in out, "dashboard queries: " + out)
+    finally:
+        os.unlink(f.name)
     exprs += re.findall(r"expr:\s*[|]?\s*(.+?)\n\s+for:", open(os.path.join(DEPLOY, "prometheus", "alerts.yml")).read(), re.S)
     known = exported_names()
     used = set(n for e in exprs for n in re.findall(r"osprey_[a-z0-9_]+", e))
