@@ -20,10 +20,18 @@ TEST(MetricsConfigTest, OffByDefaultAndSettable) {
   EXPECT_TRUE(job->metrics.enabled());
   EXPECT_EQ(job->metrics.port, 0);
   EXPECT_EQ(job->metrics.bind, "0.0.0.0");
+  EXPECT_EQ(job->metrics.single_worker_samples_per_sec, 0);
+  EXPECT_EQ(job->metrics.peak_flops_per_sec, 0);
+  job = config::LoadJobConfig(LocalYaml(), {"metrics.single_worker_samples_per_sec=81000",
+                                            "metrics.peak_flops_per_sec=9.89e14"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->metrics.single_worker_samples_per_sec, 81000);
+  EXPECT_EQ(job->metrics.peak_flops_per_sec, 9.89e14);
 }
 
 TEST(MetricsConfigTest, BadValuesNameTheKey) {
-  for (const char* bad : {"metrics.port=70000", "metrics.port=-2", "metrics.bind=''"}) {
+  for (const char* bad : {"metrics.port=70000", "metrics.port=-2", "metrics.bind=''",
+                          "metrics.peak_flops_per_sec=-1", "metrics.single_worker_samples_per_sec=x"}) {
     auto job = config::LoadJobConfig(LocalYaml(), {bad});
     ASSERT_FALSE(job.ok()) << bad;
     EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << bad;
