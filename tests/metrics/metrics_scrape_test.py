@@ -36,6 +36,7 @@ def main():
         # Counters move: scrape every endpoint until the job ends, keeping the last answer.
         last = dict(first)
         moved = set()
+        efficiency = []  # the coordinator's scaling efficiency, once two scrapes saw the workers train
         while job.proc.poll() is None:
             for name, url in eps.items():
                 text = scrape(url, timeout=0.5)
@@ -45,6 +46,8 @@ def main():
                 key = {"worker-0": "osprey_worker_samples_total", "worker-1": "osprey_worker_samples_total",
                        "server-0": "osprey_server_requests_total", "server-1": "osprey_server_requests_total",
                        "coordinator": "osprey_coordinator_node_samples_total"}[name]
+                if name == "coordinator" and ("osprey_coordinator_scaling_efficiency", "") in s:
+                    efficiency.append(s[("osprey_coordinator_scaling_efficiency", "")])
                 if total(s, key) > total(first[name], key):
                     moved.add(name)
                 check(total(s, key) >= total(last[name], key), name + " " + key + " went down")
@@ -52,6 +55,8 @@ def main():
             time.sleep(0.02)
         job.wait()
         check(moved == set(eps), "counters that never moved: %s" % (set(eps) - moved))
+        # Relative to the fastest worker (no baseline configured): in (0, 1].
+        check(efficiency and all(0 < e <= 1 for e in efficiency), "scaling efficiency: %s" % efficiency[-5:])
         report = json.load(open(job.report))
         # Worker 0 evaluates after training, so its last scrape saw the final count exactly.
         w0 = total(last["worker-0"], "osprey_worker_samples_total")
@@ -66,8 +71,9 @@ def main():
         pulled = sum(total(last[w], "osprey_worker_bytes_pulled_total") for w in ("worker-0", "worker-1"))
         check(0.9 * report["bytes_pulled"] <= pulled <= report["bytes_pulled"],
               "scraped bytes pulled %d vs the report's %d" % (pulled, report["bytes_pulled"]))
-        print("ok: %d endpoints clean under promtool; samples %d, bytes pushed %d/%d, pulled %d/%d"
-              % (len(eps), samples, pushed, report["bytes_pushed"], pulled, report["bytes_pulled"]))
+        print("ok: %d endpoints clean under promtool; samples %d, bytes pushed %d/%d, pulled %d/%d; "
+              "scaling efficiency %.3f" % (len(eps), samples, pushed, report["bytes_pushed"], pulled,
+                                           report["bytes_pulled"], efficiency[-1]))
     finally:
         job.stop()
 
