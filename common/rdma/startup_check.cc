@@ -8,15 +8,15 @@ namespace osprey::rdma {
 
 Status CheckTransportAtStart(const config::PsConfig& c) {
   if (c.cluster.transport != "rdma") return Status::OK();
+  if (c.security.mode == config::SecurityMode::kCurve) {
+    return FailedPrecondition("cluster.transport rdma cannot be used with security.mode curve: "
+                              "the RDMA transport neither encrypts nor authenticates peers (use "
+                              "tcp or ipc with curve)");
+  }
 #if OSPREY_HAVE_RDMA
   DeviceRequest want{c.rdma.device, c.rdma.port, c.rdma.gid_index};
   OSPREY_ASSIGN_OR_RETURN(StackInfo stack, QueryRdmaStack());
-  OSPREY_RETURN_IF_ERROR(CheckRdmaDevice(want, stack));
-  // A usable device, but the real connection setup is not written (real_verbs.h): say so now
-  // rather than fail on the first connect.
-  return FailedPrecondition(
-      "cluster.transport is rdma and the RDMA device is usable, but this build's real-verbs "
-      "connection setup (rdma_cm) is not written yet; use cluster.transport tcp");
+  return CheckRdmaDevice(want, stack);
 #else
   return FailedPrecondition(
       "cluster.transport is rdma but this build has no RDMA support (libibverbs-dev and "
@@ -27,8 +27,8 @@ Status CheckTransportAtStart(const config::PsConfig& c) {
 std::vector<std::pair<std::string, std::string>> RdmaDoctorRows() {
   std::vector<std::pair<std::string, std::string>> rows;
 #if OSPREY_HAVE_RDMA
-  rows.emplace_back("RDMA transport", "built (protocol tested on loopback verbs only; real "
-                                      "rdma_cm connection setup not written yet)");
+  rows.emplace_back("RDMA transport", "built (protocol tested on loopback verbs only; the real "
+                                      "rdma_cm / verbs path has never run on hardware)");
   StatusOr<StackInfo> stack = QueryRdmaStack();
   if (!stack.ok()) {
     rows.emplace_back("RDMA devices", stack.status().ToString());
