@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #include <cstdio>
 #include <cstring>
@@ -44,6 +45,11 @@ StatusOr<StackInfo> QueryRdmaStack() {
   // Part of libibverbs since rdma-core 34 (Debian 12 ships 44); whether a given NIC and driver
   // accept device memory can only be told by registering a dmabuf fd on it (not done yet).
   info.dmabuf_mr_available = dlsym(RTLD_DEFAULT, "ibv_reg_dmabuf_mr") != nullptr;
+  int cm = 0;
+  if (ibv_context** cm_list = rdma_get_devices(&cm); cm_list != nullptr) {
+    info.rdma_cm_devices = cm;
+    rdma_free_devices(cm_list);
+  }
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr) return info;  // no devices (or no driver at all): nothing to list

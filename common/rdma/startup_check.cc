@@ -48,10 +48,14 @@ std::vector<std::pair<std::string, std::string>> RdmaDoctorRows() {
                                            (gids.empty() ? "none" : gids));
     }
   }
+  rows.emplace_back("RDMA connection manager",
+                    "rdma_cm can use " + std::to_string(stack->rdma_cm_devices) + " device(s)");
   rows.emplace_back("RDMA device memory",
-                    std::string(stack->dmabuf_mr_available ? "ibv_reg_dmabuf_mr available"
-                                                           : "no ibv_reg_dmabuf_mr") +
-                        "; GPUDirect sends are TODO (the transport sends from host memory)");
+                    std::string(stack->dmabuf_mr_available
+                                    ? "ibv_reg_dmabuf_mr available (whether a NIC accepts a CUDA "
+                                      "dmabuf is only known by trying)"
+                                    : "no ibv_reg_dmabuf_mr in this libibverbs") +
+                        "; GPUDirect sends are not done (the transport sends from host memory)");
 #else
   rows.emplace_back("RDMA transport", "not built (libibverbs-dev / librdmacm-dev not found)");
 #endif
