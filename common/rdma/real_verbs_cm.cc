@@ -21,6 +21,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Starts the reason an Osprey listener puts in a reject's private data (a reject for want of a
+// listener carries none).
+constexpr char kRejectPrefix[] = "OSPREY ";
+
 // "host:port" -> a socket address ("*" or "" host with `passive`: any address).
 StatusOr<sockaddr_storage> Resolve(const std::string& host_port, bool passive) {
   size_t colon = host_port.rfind(':');
@@ -82,9 +86,9 @@ Status Expect(const CmEvent& ev, rdma_cm_event_type want, const std::string& whe
   if (ev.type == want) return Status::OK();
   std::string got = std::string(rdma_event_str(ev.type)) + " (status " +
                     std::to_string(ev.status) + ")";
-  if (ev.type == RDMA_CM_EVENT_REJECTED && !ev.data.empty() && ev.data[0] == 'O') {
-    std::string reason(ev.data.begin(), ev.data.end());
-    reason = reason.substr(0, reason.find('\0'));
+  std::string reason(ev.data.begin(), ev.data.end());
+  reason = reason.substr(0, reason.find('\0'));
+  if (ev.type == RDMA_CM_EVENT_REJECTED && reason.rfind(kRejectPrefix, 0) == 0) {
     return FailedPrecondition("rdma: " + where + " refused the connection: " + reason);
   }
   return Unavailable("rdma: " + where + ": " + got + " instead of " + rdma_event_str(want));
@@ -171,6 +175,8 @@ void RealVerbs::StopListening() {
     id = listener_;
     listener_ = nullptr;
     on_accept_ = nullptr;
+    // A handler under way calls into the listener's owner: it must be done before that goes.
+    accept_cv_.Wait(&lock, [this]() REQUIRES(mu_) { return accepting_ == 0; });
   }
   if (id != nullptr) rdma_destroy_id(id);
 }
@@ -207,7 +213,7 @@ StatusOr<PrivateData> RealVerbs::Connect(QpId qp, const std::string& host_port,
   };
   step(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), t),
        RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address of");
-  step(rdma_resolve_route(id, t), RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route to");
+  step(st.ok() ? rdma_resolve_route(id, t) : 0, RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route to");
   if (st.ok()) {
     MutexLock lock(&mu_);
     st = conns_.count(qp) ? CreateQpOn(id, qp) : NotFound("rdma: no QP " + std::to_string(qp));
@@ -233,16 +239,18 @@ StatusOr<PrivateData> RealVerbs::Connect(QpId qp, const std::string& host_port,
   return ev->data;  // the listener's private data (the IB CM may pad it: callers read a prefix)
 }
 
+rdma_cm_id* RealVerbs::TakeConn(QpId qp) {
+  MutexLock lock(&mu_);
+  auto it = conns_.find(qp);
+  if (it == conns_.end()) return nullptr;
+  rdma_cm_id* id = it->second.id;
+  if (id != nullptr && id->qp != nullptr) by_qpn_.erase(id->qp->qp_num);
+  conns_.erase(it);
+  return id;
+}
+
 void RealVerbs::DestroyQp(QpId qp) {
-  rdma_cm_id* id = nullptr;
-  {
-    MutexLock lock(&mu_);
-    auto it = conns_.find(qp);
-    if (it == conns_.end()) return;
-    id = it->second.id;
-    if (id != nullptr && id->qp != nullptr) by_qpn_.erase(id->qp->qp_num);
-    conns_.erase(it);
-  }
+  rdma_cm_id* id = TakeConn(qp);
   if (id == nullptr) return;
   rdma_disconnect(id);  // the peer gets DISCONNECTED; fails harmlessly if never connected
   if (id->qp != nullptr) rdma_destroy_qp(id);
@@ -304,36 +312,43 @@ void RealVerbs::OnConnectRequest(rdma_cm_id* id, const PrivateData& remote, uint
     if (!handler) {
       st = Unavailable("not listening");
     } else {
+      accepting_++;
       qp = next_qp_++;
       conns_[qp];
       st = CreateQpOn(id, qp);
     }
   }
   StatusOr<PrivateData> mine = st.ok() ? handler(qp, remote) : StatusOr<PrivateData>(st);
-  if (!mine.ok()) {
-    OSPREY_LOG_WARN("rdma: refused a connection: {}", mine.status().ToString());
-    bool recorded = false;  // the id is the conn's (its QP was made)
-    {
-      MutexLock lock(&mu_);
-      auto it = conns_.find(qp);
-      // The handler may have destroyed the QP (and so the id) itself: nothing left to do.
-      if (qp != 0 && it == conns_.end() && handler) return;
-      recorded = it != conns_.end() && it->second.id == id;
-      if (!recorded && it != conns_.end()) conns_.erase(it);
+  MutexLock lock(&mu_);
+  if (handler) {
+    accepting_--;
+    accept_cv_.SignalAll();
+  }
+  auto it = conns_.find(qp);
+  // The handler (or a Stop right after it) may have destroyed the QP, and with it the id.
+  if (qp != 0 && (it == conns_.end() || (it->second.id != nullptr && it->second.id != id))) return;
+  if (mine.ok()) {
+    // Under mu_: DestroyQp cannot free the id while it is being accepted.
+    rdma_conn_param p = ConnParam(*mine, initiator, responder);
+    if (rdma_accept(id, &p) != 0) {
+      OSPREY_LOG_WARN("rdma: rdma_accept failed: {}", std::strerror(errno));
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_ERR;  // the transport sees its receives flush and tears down
+      ibv_modify_qp(id->qp, &a, IBV_QP_STATE);
     }
-    std::string reason = "OSPREY " + mine.status().message();  // 'O': an Osprey listener's reason
-    reason.resize(std::min<size_t>(reason.size(), kMaxPrivateData - 1));
-    rdma_reject(id, reason.c_str(), static_cast<uint8_t>(reason.size() + 1));
-    if (recorded) return DestroyQp(qp);
-    if (id->qp != nullptr) rdma_destroy_qp(id);
-    rdma_destroy_id(id);
     return;
   }
-  rdma_conn_param p = ConnParam(*mine, initiator, responder);
-  if (rdma_accept(id, &p) != 0) {
-    OSPREY_LOG_WARN("rdma: rdma_accept failed: {}", std::strerror(errno));
-    FailConnection(id, /*disconnect=*/false);  // the transport sees its receives flush
+  OSPREY_LOG_WARN("rdma: refused a connection: {}", mine.status().ToString());
+  if (it != conns_.end()) {  // ours again: the handler never saw it, or refused it
+    if (id->qp != nullptr) by_qpn_.erase(id->qp->qp_num);
+    conns_.erase(it);
   }
+  lock.Unlock();
+  std::string reason = kRejectPrefix + mine.status().message();
+  reason.resize(std::min<size_t>(reason.size(), kMaxPrivateData - 1));
+  rdma_reject(id, reason.c_str(), static_cast<uint8_t>(reason.size() + 1));
+  if (id->qp != nullptr) rdma_destroy_qp(id);
+  rdma_destroy_id(id);
 }
 
 }  // namespace osprey::rdma::internal

@@ -78,6 +78,8 @@ class RealVerbs final : public Verbs {
                         uint8_t responder);
   // The QP of the connection `id` belongs to goes to the error state (its receives flush).
   void FailConnection(rdma_cm_id* id, bool disconnect) EXCLUDES(mu_);
+  // Removes `qp`'s record and returns its cm id (null if none): the caller then owns the id.
+  rdma_cm_id* TakeConn(QpId qp) EXCLUDES(mu_);
   std::string DeviceName(ibv_context* ctx) const;
 
   const RealVerbsOptions options_;
@@ -91,6 +93,8 @@ class RealVerbs final : public Verbs {
   QpId next_qp_ GUARDED_BY(mu_) = 1;
   rdma_cm_id* listener_ GUARDED_BY(mu_) = nullptr;
   AcceptHandler on_accept_ GUARDED_BY(mu_);
+  int accepting_ GUARDED_BY(mu_) = 0;  // AcceptHandler calls under way (StopListening waits)
+  CondVar accept_cv_;
 
   Mutex cq_mu_;  // PollCq / WaitCqEvent (the poller thread's; locked for the thread-safety claim)
   std::vector<ibv_wc> stash_ GUARDED_BY(cq_mu_);  // polled by WaitCqEvent, handed out by PollCq
