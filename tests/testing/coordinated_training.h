@@ -162,6 +162,9 @@ class CoordinatedTraining {
       report.set_auc(auc_);
     }
     if (st.ok()) st = coord->Report(report, TimeoutMs(timeout));
+    // A failed worker ends the job now (the others would wait for it at the barrier).
+    if (!st.ok()) (void)coord->RequestShutdown("worker " + std::to_string(rank) + ": " +
+                                               st.ToString(), 1000);
     coord->Stop();  // heartbeats read the trainer: stop them before it goes
     return st;
   }
