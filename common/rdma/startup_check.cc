@@ -48,7 +48,7 @@ std::vector<std::pair<std::string, std::string>> RdmaDoctorRows() {
                                            (gids.empty() ? "none" : gids));
     }
   }
-  rows.emplace_back("RDMA connection manager",
+  rows.emplace_back("RDMA rdma_cm",
                     "rdma_cm can use " + std::to_string(stack->rdma_cm_devices) + " device(s)");
   rows.emplace_back("RDMA device memory",
                     std::string(stack->dmabuf_mr_available
