@@ -2,8 +2,9 @@
 // servers and 1 or 2 workers, each doing what its main does (CoordinatedTraining) -- with the data
 // plane over RdmaTransport on the loopback verbs (the test double: no RDMA NIC here), against the
 // same job with the data plane over the in-process transport. The control plane is the
-// in-process transport in both (the binaries keep it on ZeroMQ: data_transport.h). With one worker a run is bit-for-bit repeatable (pushes reach each server in
-// program order), so the AUC must be equal; with two async workers the interleaving alone moves
+// in-process transport in both (the binaries keep it on ZeroMQ: data_transport.h). With one
+// worker a run is bit-for-bit repeatable (pushes reach each server in program order), so the AUC
+// must be equal; with two async workers the interleaving alone moves
 // the AUC by ~0.001 between identical runs (compression_convergence_test measured it).
 #include <gtest/gtest.h>
 
