@@ -205,7 +205,8 @@ StatusOr<PrivateData> RealVerbs::Connect(QpId qp, const std::string& host_port,
   auto step = [&](int rc, rdma_cm_event_type want, const char* what) {
     if (!st.ok()) return;
     if (rc != 0) {
-      st = Unavailable("rdma: " + std::string(what) + " " + host_port + ": " + std::strerror(errno));
+      st = Unavailable("rdma: " + std::string(what) + " " + host_port + ": " +
+                       std::strerror(errno));
       return;
     }
     ev = NextEvent(ch, t + 1000, std::string(what) + " " + host_port);
@@ -213,7 +214,8 @@ StatusOr<PrivateData> RealVerbs::Connect(QpId qp, const std::string& host_port,
   };
   step(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), t),
        RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address of");
-  step(st.ok() ? rdma_resolve_route(id, t) : 0, RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route to");
+  step(st.ok() ? rdma_resolve_route(id, t) : 0, RDMA_CM_EVENT_ROUTE_RESOLVED,
+       "resolving the route to");
   if (st.ok()) {
     MutexLock lock(&mu_);
     st = conns_.count(qp) ? CreateQpOn(id, qp) : NotFound("rdma: no QP " + std::to_string(qp));
@@ -281,7 +283,8 @@ void RealVerbs::EventLoop() {
         const auto* p = static_cast<const uint8_t*>(ev->param.conn.private_data);
         PrivateData remote;
         if (p != nullptr) remote.assign(p, p + ev->param.conn.private_data_len);
-        const uint8_t ini = ev->param.conn.initiator_depth, resp = ev->param.conn.responder_resources;
+        const uint8_t ini = ev->param.conn.initiator_depth;
+        const uint8_t resp = ev->param.conn.responder_resources;
         rdma_ack_cm_event(ev);  // before calling out: the new id is ours either way
         OnConnectRequest(id, remote, ini, resp);
         continue;

@@ -6,7 +6,8 @@
 // joined by the destructor) serves the shared rdma_cm event channel: connect requests (it runs
 // the AcceptHandler) and disconnects. rdma_destroy_id waits until every event reported for that
 // id is acknowledged, so the event thread acknowledges an event before it calls out of this class
-// and never holds mu_ while blocking.
+// and never holds mu_ while blocking. DestroyQp must not race Connect on the same QP (the
+// transport dials and gives up a dialed QP on one thread).
 #pragma once
 
 #include <infiniband/verbs.h>
