@@ -1,5 +1,5 @@
-// Redis killed mid-run (kill -9 of a real redis-server with appendfsync always): the Redis
-// store's next write_through Sync retries within its timeouts, then fails with Unavailable (or
+// Redis killed mid-run (kill -9 of a real redis-server with appendfsync always): a row the store
+// must read fails naming the endpoint; the next write_through Sync of rows it has retries within its timeouts, then fails with Unavailable (or
 // DeadlineExceeded) naming the endpoint; the window's rows stay dirty in the store (a retry can
 // still write them), and a Redis restarted from the same files holds exactly the windows synced
 // before the kill -- nothing of the failed window half-applied.
@@ -27,6 +27,7 @@ config::RedisStoreConfig Config(const RedisServer& r) {
   c.connect_timeout_ms = 300;
   c.io_timeout_ms = 500;
   c.max_retries = 2;
+  c.cache_rows = 1000;  // b's rows are read before the kill, so their window applies in memory
   return c;
 }
 
@@ -61,7 +62,15 @@ TEST(RedisDownTest, KilledMidRunFailsTheSyncNamingTheEndpointAndHalfAppliesNothi
   std::vector<float> a_rows(a.size() * kDim);
   ASSERT_TRUE((*store)->PullRows(0, a.data(), a.size(), a_rows.data()).ok());
 
+  std::vector<float> b_rows(b.size() * kDim);
+  ASSERT_TRUE((*store)->PullRows(0, b.data(), b.size(), b_rows.data()).ok());
+
   (*redis)->Kill9();
+  // A row the store must read from Redis: the apply fails naming the endpoint.
+  const uint64_t uncached = 1;
+  Status read = u->ApplyRows(store->get(), 0, &uncached, 1, kDim, g.data(), RowUpdate{});
+  EXPECT_FALSE(read.ok());
+  EXPECT_NE(read.message().find(endpoint), std::string::npos) << read.ToString();
   ASSERT_TRUE(u->ApplyRows(store->get(), 0, b.data(), b.size(), kDim, g.data(), RowUpdate{}).ok());
   const auto t0 = std::chrono::steady_clock::now();
   Status s = (*store)->Sync(0);
