@@ -69,6 +69,8 @@ struct Reply {
 // as is; `args` then holds only its leading arguments (name ... key), for routing and messages.
 // The store's row writes use it: one buffer per command instead of a string per argument.
 struct Command {
+  Command(std::vector<std::string> a = {}, int key = 1, std::string r = {})  // NOLINT: implicit
+      : args(std::move(a)), key_index(key), resp(std::move(r)) {}
   std::vector<std::string> args;
   int key_index = 1;
   std::string resp;
