@@ -116,6 +116,11 @@ std::vector<std::pair<std::string, uint64_t>> Server::rows_per_table() const {
   return out;
 }
 
+uint64_t Server::unflushed_rows() const {
+  MutexLock work(&work_mu_);
+  return store_->unflushed_rows();
+}
+
 void Server::TimerLoop() {
   MutexLock lock(&work_mu_);
   while (!stopping_) {
@@ -309,6 +314,7 @@ Status Server::ExecuteStats(Buffer* values) {
   uint64_t rows = 0;
   for (size_t i = 0; i < tables_.size(); ++i) rows += store_->num_rows(static_cast<uint32_t>(i));
   st.set_rows(rows);
+  st.set_redis_unflushed_rows(store_->unflushed_rows());
   *values = SerializeMessage(st);
   return Status::OK();
 }

@@ -137,6 +137,8 @@ class Server : private Replier {
   void SetMetrics(metrics::Registry* registry) { metrics_registry_ = registry; }
   // (table name, rows of this server's shard) of every table; empty before Activate.
   std::vector<std::pair<std::string, uint64_t>> rows_per_table() const EXCLUDES(work_mu_);
+  // The store's rows not yet durable (Store::unflushed_rows; write_back Redis store).
+  uint64_t unflushed_rows() const EXCLUDES(work_mu_);
   int rank() const { return rank_.load(std::memory_order_acquire); }
   // Compressed pushes decoded so far (frames, bytes, time); readable from any thread.
   const DecodeStats& decode_stats() const { return decode_stats_; }

@@ -244,7 +244,9 @@ int main(int argc, char** argv) {
     // The coordinator waits for this (at most heartbeat_timeout_ms after it began shutting
     // down), so waiting longer than that for the reply is pointless.
     const int timeout_ms = std::min(job->cluster.heartbeat_timeout_ms, job->client.timeout_ms);
-    Status sent = (*coord)->ReportServer(MakeServerReport(rank, st, ds), timeout_ms);
+    proto::ServerReport report = MakeServerReport(rank, st, ds);
+    report.mutable_stats()->set_redis_unflushed_rows(srv.unflushed_rows());
+    Status sent = (*coord)->ReportServer(report, timeout_ms);
     if (!sent.ok()) {
       OSPREY_LOG_WARN("server {}: final statistics not delivered to the coordinator: {}", rank,
                       sent.ToString());

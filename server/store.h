@@ -140,6 +140,20 @@ class Store {
   // Whether a push may be acknowledged only once its window is applied and synced (kOnApply in
   // table_shard.h: a write_through store) rather than once merged (the default).
   virtual bool acks_after_apply() const { return false; }
+  // Rows and chunks changed but not yet durable (a write_back Redis store's dirty rows: what a
+  // crash now would lose). Thread-safe. NativeStore: 0 (it keeps nothing elsewhere).
+  virtual uint64_t unflushed_rows() const { return 0; }
+  // A store that applies the optimizer step itself, atomically on its side (the Redis store with
+  // merge: redis): true when ApplyMergedRows takes `table`'s merged windows; TableShard then hands
+  // it the window's merged gradients instead of visiting the rows with its Updater. Default: no.
+  virtual bool applies_merged(uint32_t table) const { return false; }
+  // One optimizer step per key (distinct keys), gradient gp[i] (dim floats) times grad_scale, lr
+  // times lr_scale; `version` (> 0) becomes the rows' latest update; missing rows are created.
+  virtual Status ApplyMergedRows(uint32_t table, const uint64_t* keys, size_t n,
+                                 const float* const* gp, float grad_scale, float lr_scale,
+                                 uint64_t version) {
+    return Unimplemented("this store does not apply merged gradients itself");
+  }
 
   // Dense: `chunks` are chunk ids; values are the chunks' floats concatenated in that order.
   virtual Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) = 0;

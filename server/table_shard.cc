@@ -85,6 +85,11 @@ Status TableShard::CheckFinite(const uint64_t* keys, size_t n, const float* g,
 Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* g,
                               const ApplyOptions& o, const ApplyOptions* row_options) {
   if (!sparse()) return updater_->ApplyChunks(store_, id_, keys, n, g, o);
+  if (row_options == nullptr && store_->applies_merged(id_)) {  // merge: redis
+    std::vector<const float*> gp(n);
+    for (size_t i = 0; i < n; ++i) gp[i] = g + i * spec_.dim();
+    return StoreApply(keys, n, gp.data(), o, nullptr);
+  }
   RowUpdate u(o);
   u.row_options = row_options;
   u.version = version_ + 1;  // the version this step creates: the rows' latest update
@@ -94,6 +99,9 @@ Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* g,
 Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* const* g,
                               const ApplyOptions& o, const ApplyOptions* row_options) {
   if (!sparse()) return updater_->ApplyChunks(store_, id_, keys, n, g, o);
+  if (row_options == nullptr && store_->applies_merged(id_)) {  // merge: redis (store.h)
+    return store_->ApplyMergedRows(id_, keys, n, g, o.grad_scale, o.lr_scale, version_ + 1);
+  }
   RowUpdate u(o);
   u.row_options = row_options;
   u.version = version_ + 1;

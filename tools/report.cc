@@ -48,6 +48,7 @@ void AddServerReports(const proto::ClusterState& state, JobReport* r) {
     r->gradients_not_admitted += st.gradients_not_admitted();
     r->rows_evicted_ttl += st.rows_evicted_ttl();
     r->rows_evicted_cap += st.rows_evicted_cap();
+    r->redis_unflushed_rows += st.redis_unflushed_rows();
     const int buckets = st.staleness_histogram_size();
     if (static_cast<int>(r->staleness.size()) < buckets) r->staleness.resize(buckets, 0);
     for (int i = 0; i < buckets; ++i) r->staleness[i] += st.staleness_histogram(i);
@@ -131,6 +132,13 @@ std::string ServersText(const JobReport& r) {
                   static_cast<unsigned long long>(r.gradients_not_admitted),
                   static_cast<unsigned long long>(r.rows_evicted_ttl),
                   static_cast<unsigned long long>(r.rows_evicted_cap));
+    out += buf;
+  }
+  if (r.redis_unflushed_rows > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "  redis store       %llu rows not yet flushed to Redis at the servers' final "
+                  "reports (write_back; the servers' stop flushes them)\n",
+                  static_cast<unsigned long long>(r.redis_unflushed_rows));
     out += buf;
   }
   const std::string hist = StalenessLine(r.staleness);
@@ -283,6 +291,7 @@ std::string ServersJson(const JobReport& r) {
          ", \"server_gradients_not_admitted\": " + std::to_string(r.gradients_not_admitted) +
          ", \"server_rows_evicted_ttl\": " + std::to_string(r.rows_evicted_ttl) +
          ", \"server_rows_evicted_cap\": " + std::to_string(r.rows_evicted_cap) +
+         ", \"server_redis_unflushed_rows\": " + std::to_string(r.redis_unflushed_rows) +
          ", \"server_reports\": " + std::to_string(r.num_server_reports) +
          ", \"server_windows_applied\": " + std::to_string(r.windows_applied) +
          ", \"server_pushes_applied\": " + std::to_string(r.pushes_applied) +

@@ -90,6 +90,7 @@ struct JobReport {
   uint64_t gradients_not_admitted = 0;
   uint64_t rows_evicted_ttl = 0;
   uint64_t rows_evicted_cap = 0;
+  uint64_t redis_unflushed_rows = 0;  // write_back Redis store: dirty rows at the servers' reports
   // Merged staleness histogram: [0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds
   // larger (one entry per sparse row and per dense push). Empty without server reports.
   std::vector<uint64_t> staleness;

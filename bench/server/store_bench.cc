@@ -4,7 +4,8 @@
 // table (every row exists in Redis before timing). Each case: median of --runs passes after a
 // warm-up, as pushed rows per second, and the share of the native rows/s of the same shape.
 // write_back rows/s count the apply side only; the flusher writes concurrently (the unflushed
-// rows left at the end of the last pass are printed).
+// rows left at the end of the last pass are printed, and the rows written to Redis per second
+// over the timed passes: whether the flusher keeps up with the apply side).
 #include "bench/server/store_bench.h"
 
 #include <algorithm>
@@ -36,7 +37,7 @@ struct Shape {
 
 // Median rows/s; *left: rows still unflushed after the last pass (write_back).
 double RunCase(Store* store, RedisStore* redis, const Shape& s, const StoreBenchOptions& o,
-               uint64_t* left) {
+               uint64_t* left, double* flushed_per_s) {
   config::TableConfig cfg;
   cfg.name = "bench";
   cfg.type = config::TableType::kSparse;
@@ -88,12 +89,17 @@ double RunCase(Store* store, RedisStore* redis, const Shape& s, const StoreBench
   }
   pass();  // warm-up
   std::vector<double> secs;
+  const uint64_t flushed0 = redis != nullptr ? redis->flushed_rows() : 0;
+  const auto timed0 = std::chrono::steady_clock::now();
   for (int r = 0; r < o.runs; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     pass();
     secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   *left = redis != nullptr ? redis->unflushed_rows() : 0;
+  const double timed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - timed0).count();
+  *flushed_per_s = redis != nullptr ? (redis->flushed_rows() - flushed0) / timed : 0;
   if (redis != nullptr) (void)redis->FlushAll();
   return static_cast<double>(o.pushes) * o.keys / Median(std::move(secs));
 }
@@ -116,8 +122,8 @@ int RunStoreBench(const StoreBenchOptions& o) {
   std::printf("merge-then-apply through TableShard, adagrad: %zu rows, %zu keys per push, %d "
               "pushes per pass, median of %d; store %s%s\n", o.rows, o.keys, o.pushes, o.runs,
               o.store.c_str(), local ? (" on " + local->endpoints()).c_str() : "");
-  std::printf("%-6s %4s %-14s %6s %14s %10s %10s\n", "window", "dim", "store", "cache",
-              "rows/s", "vs native", "unflushed");
+  std::printf("%-6s %4s %-14s %6s %14s %10s %10s %12s\n", "window", "dim", "store", "cache",
+              "rows/s", "vs native", "unflushed", "flushed/s");
   int prefix = 0;
   for (int dim : {16, 64}) {
     if (o.dim != 0 && dim != o.dim) continue;
@@ -125,14 +131,21 @@ int RunStoreBench(const StoreBenchOptions& o) {
       Shape s{dim, window};
       NativeStore native;
       uint64_t left = 0;
-      const double base = RunCase(&native, nullptr, s, o, &left);
-      std::printf("%-6d %4d %-14s %6s %14.0f %10s %10s\n", window, dim, "native", "-", base,
-                  "1.00", "-");
+      double flushed = 0;
+      const double base = RunCase(&native, nullptr, s, o, &left, &flushed);
+      std::printf("%-6d %4d %-14s %6s %14.0f %10s %10s %12s\n", window, dim, "native", "-", base,
+                  "1.00", "-", "-");
       std::fflush(stdout);
       if (!local) continue;
-      for (auto policy : {config::WritePolicy::kWriteThrough, config::WritePolicy::kWriteBack}) {
+      // Last: merge: redis (write_through, no cache: the optimizer step runs in Redis).
+      for (int policy_i = 0; policy_i < 3; ++policy_i) {
+        const bool merge_redis = policy_i == 2;
+        const auto policy = policy_i == 1 ? config::WritePolicy::kWriteBack
+                                          : config::WritePolicy::kWriteThrough;
         for (int pct : {0, 10, 100}) {
+          if (merge_redis && pct != 0) continue;
           config::RedisStoreConfig rc;
+          if (merge_redis) rc.merge = config::MergeSide::kRedis;
           rc.endpoints = local->endpoints();
           rc.cluster = cluster;
           rc.key_prefix = "bench" + std::to_string(prefix++);
@@ -144,11 +157,12 @@ int RunStoreBench(const StoreBenchOptions& o) {
             std::fprintf(stderr, "redis store: %s\n", store.status().ToString().c_str());
             return 1;
           }
-          double rps = RunCase(store->get(), store->get(), s, o, &left);
+          double rps = RunCase(store->get(), store->get(), s, o, &left, &flushed);
           const bool wt = policy == config::WritePolicy::kWriteThrough;
-          std::printf("%-6d %4d %-14s %5d%% %14.0f %10.2f %10llu\n", window, dim,
-                      wt ? "write_through" : "write_back", pct, rps, rps / base,
-                      static_cast<unsigned long long>(left));
+          std::printf("%-6d %4d %-14s %5d%% %14.0f %10.2f %10llu %12.0f\n", window, dim,
+                      merge_redis ? "merge_redis" : wt ? "write_through" : "write_back", pct,
+                      rps, rps / base,
+                      static_cast<unsigned long long>(left), flushed);
           std::fflush(stdout);
         }
       }

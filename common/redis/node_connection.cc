@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace osprey::redis {
@@ -89,27 +90,33 @@ Status NodeConnection::ContextError(const char* during) {
                      " (" + why + ")");
 }
 
-Status NodeConnection::Send(const std::vector<const std::vector<std::string>*>& argvs,
+Status NodeConnection::Send(const std::vector<const Command*>& commands,
                             const std::vector<bool>* asking) {
   if (broken_) return Unavailable("redis " + endpoint_.ToString() + ": connection is broken");
   static const char* kAsking = "ASKING";
   static const size_t kAskingLen = 6;
   std::vector<const char*> ptrs;
   std::vector<size_t> lens;
-  for (size_t i = 0; i < argvs.size(); ++i) {
+  for (size_t i = 0; i < commands.size(); ++i) {
     if (asking != nullptr && (*asking)[i]) {
       if (redisAppendCommandArgv(ctx_, 1, &kAsking, &kAskingLen) != REDIS_OK) {
         return ContextError("appending ASKING");
       }
     }
-    const std::vector<std::string>& argv = *argvs[i];
+    const Command& c = *commands[i];
+    if (!c.resp.empty()) {
+      if (redisAppendFormattedCommand(ctx_, c.resp.data(), c.resp.size()) != REDIS_OK) {
+        return ContextError("appending a command");
+      }
+      continue;
+    }
     ptrs.clear();
     lens.clear();
-    for (const std::string& a : argv) {
+    for (const std::string& a : c.args) {
       ptrs.push_back(a.data());
       lens.push_back(a.size());
     }
-    if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK) {
+    if (redisAppendCommandArgv(ctx_, static_cast<int>(c.args.size()), ptrs.data(), lens.data()) != REDIS_OK) {
       return ContextError("appending a command");
     }
   }
@@ -141,10 +148,23 @@ Status NodeConnection::Receive(const std::vector<bool>* asking, size_t n, std::v
 
 Status NodeConnection::Call(const std::vector<std::string>& argv, Reply* reply) {
   std::vector<Reply> replies;
-  OSPREY_RETURN_IF_ERROR(Send({&argv}, nullptr));
+  const Command c{argv, -1, {}};
+  OSPREY_RETURN_IF_ERROR(Send({&c}, nullptr));
   OSPREY_RETURN_IF_ERROR(Receive(nullptr, 1, &replies));
   *reply = std::move(replies[0]);
   return Status::OK();
+}
+
+void RespWriter::Header(char kind, size_t n) {
+  char buf[24];
+  int len = std::snprintf(buf, sizeof(buf), "%c%zu\r\n", kind, n);
+  out_->append(buf, static_cast<size_t>(len));
+}
+
+void RespWriter::ArgU64(uint64_t v) {
+  char buf[24];
+  int len = std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(v));
+  Arg(buf, static_cast<size_t>(len));
 }
 
 }  // namespace osprey::redis

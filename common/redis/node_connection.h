@@ -36,8 +36,7 @@ class NodeConnection {
 
   // Appends each argv (an ASKING first where asking[i]; `asking` may be null) and writes them
   // all to the socket. The replies are then read with Receive in the same order.
-  Status Send(const std::vector<const std::vector<std::string>*>& argvs,
-              const std::vector<bool>* asking);
+  Status Send(const std::vector<const Command*>& commands, const std::vector<bool>* asking);
   // Reads `n` replies into `out` (appended), dropping the reply of each ASKING sent with them.
   Status Receive(const std::vector<bool>* asking, size_t n, std::vector<Reply>* out);
   // Send + Receive of one command.

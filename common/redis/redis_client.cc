@@ -46,7 +46,7 @@ bool IsTransient(const std::string& error) {
 struct NodeBatch {
   Endpoint endpoint;
   std::vector<size_t> index;  // into the caller's commands
-  std::vector<const std::vector<std::string>*> argvs;
+  std::vector<const Command*> argvs;
   std::vector<bool> asking;
   Status status;
   std::vector<Reply> replies;
@@ -185,7 +185,7 @@ std::vector<NodeBatch> RedisClient::Impl::SendPending(const std::vector<Command>
     }
     NodeBatch& b = *last;
     b.index.push_back(i);
-    b.argvs.push_back(&commands[i].args);
+    b.argvs.push_back(&commands[i]);
     b.asking.push_back(s->ask[i]);
     s->redirect[i].reset();
     s->ask[i] = false;

@@ -65,9 +65,42 @@ struct Reply {
 
 // One command: binary-safe arguments (argv). `key_index`: which argument is the key that routes
 // it in cluster mode (1 for GET/SET/HSET..., 3 for FCALL name numkeys key...; -1 = any node).
+// `resp`: when not empty, the whole command already in the Redis protocol (RespWriter) and sent
+// as is; `args` then holds only its leading arguments (name ... key), for routing and messages.
+// The store's row writes use it: one buffer per command instead of a string per argument.
 struct Command {
+  Command(std::vector<std::string> a = {}, int key = 1, std::string r = {})  // NOLINT: implicit
+      : args(std::move(a)), key_index(key), resp(std::move(r)) {}
   std::vector<std::string> args;
   int key_index = 1;
+  std::string resp;
+};
+
+// Writes a command in the Redis protocol (RESP arrays of bulk strings) into `out`:
+//   RespWriter w(&c.resp, 2 + 2 * n); w.Arg("HSET"); w.Arg(key); for (...) { w.Arg(f); w.Arg(v); }
+// The argument count is given up front; Arg must then be called exactly that many times.
+class RespWriter {
+ public:
+  RespWriter(std::string* out, size_t nargs) : out_(out) { Header('*', nargs); }
+  void Arg(const char* data, size_t len) {
+    Header('$', len);
+    out_->append(data, len);
+    out_->append("\r\n", 2);
+  }
+  void Arg(const std::string& s) { Arg(s.data(), s.size()); }
+  // One argument made of two byte ranges back to back (e.g. a row's floats, then its versions).
+  void Arg(const char* a, size_t la, const char* b, size_t lb) {
+    Header('$', la + lb);
+    out_->append(a, la);
+    out_->append(b, lb);
+    out_->append("\r\n", 2);
+  }
+  // A decimal unsigned integer argument, formatted in place (no temporary string).
+  void ArgU64(uint64_t v);
+
+ private:
+  void Header(char kind, size_t n);
+  std::string* out_;
 };
 
 // CRC16-XMODEM (poly 0x1021, init 0) of `data`, as the Redis Cluster spec defines it.

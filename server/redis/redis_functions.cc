@@ -1,5 +1,9 @@
 #include "server/redis/redis_functions.h"
 
+#include "server/store.h"
+
+static_assert(osprey::server::kRowHistory == 4, "osprey_apply shifts 4 u64 versions (32 bytes)");
+
 namespace osprey::server::redis_store {
 
 const std::string& FunctionLibrary() {
@@ -24,6 +28,48 @@ redis.register_function('osprey_put', function(keys, args)
   local err = fenced(keys[1], args[1], args[2])
   if err then return redis.error_reply(err) end
   return redis.call('HSET', keys[2], unpack(args, 3))
+end)
+
+-- merge: redis (redis_merge.cc): one sgd / adagrad step per row, in double, stored as floats.
+-- A row blob is its floats then 32 bytes of update versions (4 u64, newest first).
+redis.register_function('osprey_apply', function(keys, args)
+  local err = fenced(keys[1], args[1], args[2])
+  if err then return redis.error_reply(err) end
+  local adagrad = args[3] == 'adagrad'
+  local lr = struct.unpack('<f', args[4])
+  local eps = struct.unpack('<f', args[5])
+  local dim = tonumber(args[6])
+  local nf = dim + tonumber(args[7])
+  local ver = args[8]
+  local ffmt = '<' .. string.rep('f', nf)
+  local gfmt = '<' .. string.rep('f', dim)
+  local created = 0
+  for i = 9, #args, 2 do
+    local b = args[i + 1]
+    local cur = redis.call('HGET', keys[2], args[i])
+    local r, hist
+    if cur then
+      r = {struct.unpack(ffmt, cur)}
+      hist = string.sub(cur, nf * 4 + 1)
+    else
+      r = {struct.unpack(ffmt, b, dim * 4 + 1)}
+      hist = string.rep('\0', 32)
+      created = created + 1
+    end
+    local g = {struct.unpack(gfmt, b)}
+    if adagrad then
+      for j = 1, dim do
+        local a = r[dim + j] + g[j] * g[j]
+        r[dim + j] = a
+        r[j] = r[j] - lr * g[j] / (math.sqrt(a) + eps)
+      end
+    else
+      for j = 1, dim do r[j] = r[j] - lr * g[j] end
+    end
+    if #ver == 8 then hist = ver .. string.sub(hist, 1, 24) end
+    redis.call('HSET', keys[2], args[i], struct.pack(ffmt, unpack(r, 1, nf)) .. hist)
+  end
+  return created
 end)
 
 redis.register_function('osprey_set', function(keys, args)

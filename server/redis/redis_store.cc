@@ -40,10 +40,13 @@ std::string redis_store::SpecString(const StoreTableSpec& spec) {
 }
 
 StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(const config::RedisStoreConfig& config) {
-  if (config.merge == config::MergeSide::kRedis) {
-    return Unimplemented("store.redis.merge: redis is not implemented in this build (use merge: "
-                         "server, which applies the optimizer in the server and writes through "
-                         "the same fenced function)");
+  if (config.merge == config::MergeSide::kRedis &&
+      (config.write_policy != config::WritePolicy::kWriteThrough || config.cache_rows != 0)) {
+    return InvalidArgument("store.redis.merge: redis applies every window in Redis, so it needs "
+                           "write_policy: write_through and cache_rows: 0 (this config has " +
+                           std::string(config.write_policy == config::WritePolicy::kWriteBack
+                                           ? "write_back" : "write_through") +
+                           ", cache_rows " + std::to_string(config.cache_rows) + ")");
   }
   OSPREY_ASSIGN_OR_RETURN(std::vector<redis::Endpoint> seeds,
                           redis::ParseEndpoints(config.endpoints));
@@ -159,6 +162,17 @@ Status RedisStore::CreateTable(const StoreTableSpec& spec) {
     t->initializer = std::make_unique<SparseTable>(spec.id, spec.config.dim, spec.config.init,
                                                    spec.state);
     t->cache = std::make_unique<RowCache>(t->row_floats, config_.cache_rows, config_.cache_policy);
+    const config::OptimizerConfig& opt = spec.config.optimizer;
+    if (config_.merge == config::MergeSide::kRedis &&
+        (!(opt.type == config::OptimizerType::kSgd || opt.type == config::OptimizerType::kAdagrad) ||
+         opt.clip_value != 0 || opt.clip_norm != 0 || opt.weight_decay != 0)) {
+      return InvalidArgument("table '" + spec.config.name + "': store.redis.merge: redis applies "
+                             "only sgd and adagrad without clip_value, clip_norm or weight_decay "
+                             "(use merge: server)");
+    }
+    t->adagrad = opt.type == config::OptimizerType::kAdagrad;
+    t->lr = opt.lr;
+    t->eps = opt.eps;
     std::vector<Command> counts;
     for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
       fences.push_back(layout_->BucketTag(spec.id, b) + ":fence");
@@ -211,24 +225,30 @@ RedisStore::Table* RedisStore::sparse(uint32_t table) const {
 }
 
 Status RedisStore::Fetch(Table* t, const uint64_t* keys, size_t n, bool create) {
-  std::vector<uint64_t> miss;
-  std::unordered_set<uint64_t> seen;
+  std::vector<uint64_t>& miss = t->miss;
+  miss.clear();
   for (size_t i = 0; i < n; ++i) {
-    if (t->cache->Find(keys[i]) == nullptr && seen.insert(keys[i]).second) miss.push_back(keys[i]);
+    if (t->cache->Find(keys[i]) == nullptr) miss.push_back(keys[i]);
   }
   if (miss.empty()) return Status::OK();
-  // One HMGET per bucket of the misses.
-  std::vector<std::vector<uint64_t>> by_bucket(redis_store::kBuckets);
+  std::sort(miss.begin(), miss.end());
+  miss.erase(std::unique(miss.begin(), miss.end()), miss.end());
+  // One HMGET per bucket of the misses, formatted straight into the protocol buffer.
+  std::vector<std::vector<uint64_t>>& by_bucket = t->by_bucket;
+  by_bucket.resize(redis_store::kBuckets);
+  for (auto& v : by_bucket) v.clear();
   for (uint64_t k : miss) by_bucket[redis_store::BucketOf(k)].push_back(k);
   std::vector<Command> gets;
   std::vector<uint32_t> buckets;
   for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
     if (by_bucket[b].empty()) continue;
     Command c;
-    c.args.reserve(2 + by_bucket[b].size());
-    c.args.push_back("HMGET");
-    c.args.push_back(layout_->Rows(t->id, b));
-    for (uint64_t k : by_bucket[b]) c.args.push_back(redis_store::Layout::Field(k));
+    c.args = {"HMGET", layout_->Rows(t->id, b)};
+    c.resp.reserve(32 + c.args[1].size() + 28 * by_bucket[b].size());
+    redis::RespWriter w(&c.resp, 2 + by_bucket[b].size());
+    w.Arg(c.args[0]);
+    w.Arg(c.args[1]);
+    for (uint64_t k : by_bucket[b]) w.ArgU64(k);
     gets.push_back(std::move(c));
     buckets.push_back(b);
   }

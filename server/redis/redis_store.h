@@ -59,6 +59,10 @@ class RedisStore : public Store {
   Status VisitRows(uint32_t table, const uint64_t* keys, size_t n, RowAccess access,
                    const RowBlockFn& fn) override;
   Status Sync(uint32_t table) override;
+  // merge: redis (redis_merge.cc): the optimizer step runs in Redis (osprey_apply).
+  bool applies_merged(uint32_t table) const override;
+  Status ApplyMergedRows(uint32_t table, const uint64_t* keys, size_t n, const float* const* gp,
+                         float grad_scale, float lr_scale, uint64_t version) override;
   bool acks_after_apply() const override {
     return config_.write_policy == config::WritePolicy::kWriteThrough;
   }
@@ -77,7 +81,9 @@ class RedisStore : public Store {
   // Writes every dirty row and chunk of every table now (write_back: what Stop does).
   Status FlushAll();
   // Dirty rows and chunks not yet in Redis (write_back: what a crash now would lose).
-  uint64_t unflushed_rows() const;
+  uint64_t unflushed_rows() const override;
+  // Rows and chunks written to Redis since Connect (Sync, the flusher, FlushAll).
+  uint64_t flushed_rows() const { return flushed_rows_.load(std::memory_order_relaxed); }
   // Stops the flusher after a last flush; idempotent (the destructor calls it).
   void Stop();
 
@@ -110,6 +116,7 @@ class RedisStore : public Store {
   CondVar stop_cv_;
   bool stopping_ GUARDED_BY(stop_mu_) = false;
   std::thread flusher_;
+  std::atomic<uint64_t> flushed_rows_{0};
 };
 
 // Factory: "native" or the Redis store of `config` (store.type).

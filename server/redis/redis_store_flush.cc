@@ -51,15 +51,24 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
       for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
         if (by_bucket[b].empty()) continue;
         const std::string tag = layout_->BucketTag(table, b);
+        // Formatted straight into the protocol buffer: no string per field or row blob.
         Command c;
         c.key_index = 3;
-        size_t k = by_bucket[b].size();
-        c.args.reserve(7 + 2 * k);
-        c.args = {"FCALL", "osprey_put", "2", tag + ":fence", layout_->Rows(table, b), rank, inc};
+        const size_t k = by_bucket[b].size();
+        c.args = {"FCALL", "osprey_put", "2", tag + ":fence"};
+        const std::string rows_key = layout_->Rows(table, b);
+        const size_t row_bytes = t->row_floats * sizeof(float);
+        c.resp.reserve(64 + 2 * tag.size() + k * (48 + redis_store::RowBlobBytes(t->row_floats)));
+        redis::RespWriter w(&c.resp, 7 + 2 * k);
+        for (const std::string& a : c.args) w.Arg(a);
+        w.Arg(rows_key);
+        w.Arg(rank);
+        w.Arg(inc);
         for (const auto& kg : by_bucket[b]) {
           RowCache::Row* row = t->cache->Peek(kg.first);
-          c.args.push_back(redis_store::Layout::Field(kg.first));
-          c.args.push_back(redis_store::EncodeRow(row->record.get(), t->row_floats, row->history));
+          w.ArgU64(kg.first);
+          w.Arg(reinterpret_cast<const char*>(row->record.get()), row_bytes,
+                reinterpret_cast<const char*>(row->history), kRowHistory * sizeof(uint64_t));
         }
         cmds.push_back(std::move(c));
         what.push_back(std::move(by_bucket[b]));
@@ -88,6 +97,7 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
   Status first;
   for (size_t i = 0; i < cmds.size(); ++i) {
     bool ok = sent.ok() && !r[i].is_error();
+    if (ok) flushed_rows_.fetch_add(what[i].size(), std::memory_order_relaxed);
     if (!ok && first.ok()) first = sent.ok() ? RedisReplyError(r[i], "writing rows of table " + std::to_string(table)) : sent;
     for (const auto& [key, gen] : what[i]) {
       if (!is_sparse) {

@@ -17,11 +17,17 @@ struct RedisStore::Table {
   std::unique_ptr<SparseTable> initializer;  // only for InitialWeights
   StateLayout state;
   int dim = 0;
+  // merge: redis: the optimizer's lr and eps (sgd or adagrad; config validation refused others).
+  bool adagrad = false;
+  float lr = 0, eps = 0;
   std::unique_ptr<redis_store::RowCache> cache;
   // Dense: chunks written since the last flush, and those given values (InitChunks / Redis).
   std::unordered_set<uint64_t> dirty_chunks;
   std::unordered_set<uint64_t> initialized;
   uint64_t redis_rows = 0;  // rows in Redis (HLEN at start + created since)
+  // Fetch scratch.
+  std::vector<uint64_t> miss;
+  std::vector<std::vector<uint64_t>> by_bucket;
   // VisitRows scratch.
   std::vector<redis_store::RowCache::Row*> found;
   std::vector<float*> rows;

@@ -14,7 +14,12 @@ RowCache::Row* RowCache::Find(uint64_t key) {
 
 RowCache::Row* RowCache::Insert(uint64_t key) {
   Row& r = rows_[key];
-  r.record.reset(new float[row_floats_]);
+  if (free_.empty()) {
+    r.record.reset(new float[row_floats_]);
+  } else {
+    r.record = std::move(free_.back());
+    free_.pop_back();
+  }
   r.last_use = ++tick_;
   r.uses = 1;
   return &r;
@@ -71,7 +76,12 @@ void RowCache::MaybeEvict() {
   if (evict < clean.size()) {
     std::nth_element(clean.begin(), clean.begin() + evict, clean.end());
   }
-  for (size_t i = 0; i < evict; ++i) rows_.erase(clean[i].second);
+  for (size_t i = 0; i < evict; ++i) {
+    auto it = rows_.find(clean[i].second);
+    free_.push_back(std::move(it->second.record));  // reused by the next Inserts
+    rows_.erase(it);
+  }
+  if (free_.size() > kMaxFree) free_.resize(kMaxFree);
 }
 
 }  // namespace osprey::server::redis_store

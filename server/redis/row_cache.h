@@ -8,6 +8,7 @@
 // Thread-safety: none (the store's mutex).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -31,7 +32,9 @@ class RowCache {
   };
 
   RowCache(size_t row_floats, uint64_t capacity, config::CachePolicy policy)
-      : row_floats_(row_floats), capacity_(capacity), policy_(policy) {}
+      : row_floats_(row_floats), capacity_(capacity), policy_(policy) {
+    rows_.reserve(static_cast<size_t>(std::min<uint64_t>(capacity, 1u << 20)));
+  }
 
   size_t row_floats() const { return row_floats_; }
   size_t size() const { return rows_.size(); }
@@ -66,6 +69,9 @@ class RowCache {
   const config::CachePolicy policy_;
   std::unordered_map<uint64_t, Row> rows_;
   std::vector<uint64_t> dirty_;
+  // Records of evicted rows, reused by Insert (a window's misses replace the evicted rows).
+  static constexpr size_t kMaxFree = 1 << 16;
+  std::vector<std::unique_ptr<float[]>> free_;
   size_t dirty_count_ = 0;
   uint64_t gen_ = 0;
   uint64_t tick_ = 0;

@@ -223,6 +223,19 @@ TEST(ReportTest, SummarizesServerReportsAndDensityTrajectory) {
             std::string::npos) << json;
 }
 
+TEST(ReportTest, RedisUnflushedRowsAreSummedAndReported) {
+  proto::ClusterState s;
+  for (int rank : {0, 1}) s.add_server_reports()->mutable_stats()->set_redis_unflushed_rows(5 + rank);
+  JobReport r = SummarizeReports(s, 1.0);
+  EXPECT_EQ(r.redis_unflushed_rows, 11u);
+  EXPECT_NE(FormatReport(r).find("redis store       11 rows not yet flushed"), std::string::npos)
+      << FormatReport(r);
+  EXPECT_NE(ReportJson(r).find("\"server_redis_unflushed_rows\": 11"), std::string::npos);
+  // None unflushed: no line.
+  EXPECT_EQ(FormatReport(SummarizeReports(proto::ClusterState(), 1.0)).find("redis store"),
+            std::string::npos);
+}
+
 TEST(ReportTest, RefusalsOfServersAndCoordinatorAreReported) {
   proto::ClusterState s;
   s.add_reports()->set_rank(0);

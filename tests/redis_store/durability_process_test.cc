@@ -3,13 +3,15 @@
 // write_through, no row cache), registers as the job's only worker, pushes 20 batches of rows and
 // waits for each acknowledgement, then kill -9s the server. A new store on the same Redis (what a
 // replacement server reads at start) has every acknowledged row, changed from its initial value;
-// a row never pushed is not there.
+// a row never pushed is not there; and a SECOND osprey-server process (new coordinator, same
+// Redis) serves exactly those rows to a pull.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -119,11 +121,13 @@ TEST(RedisDurabilityProcessTest, WriteThroughKeepsEveryAcknowledgedRowAcrossKill
   std::vector<float> w0(dim);
   pushed.push_back(999999);  // never pushed
   size_t present = 0, changed = 0;
+  std::vector<float> in_redis;  // the acknowledged rows' weights, in `pushed` order
   Status s = (*store)->VisitRows(sparse, pushed.data(), pushed.size(), server::RowAccess::kRead,
                                  [&](const server::RowBlock& b) {
     for (size_t i = 0; i < b.n; ++i) {
       if (b.rows[i] == nullptr) continue;
       ++present;
+      in_redis.insert(in_redis.end(), b.rows[i], b.rows[i] + dim);
       initial.InitialWeights(pushed[b.begin + i], w0.data());
       if (std::vector<float>(b.rows[i], b.rows[i] + dim) != w0) ++changed;
     }
@@ -132,6 +136,46 @@ TEST(RedisDurabilityProcessTest, WriteThroughKeepsEveryAcknowledgedRowAcrossKill
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(present, pushed.size() - 1) << "acknowledged rows missing from Redis after kill -9";
   EXPECT_EQ(changed, pushed.size() - 1);
+  store->reset();
+
+  // A SECOND real osprey-server (with a new coordinator) on the same Redis serves those rows.
+  pushed.pop_back();
+  const std::string coord2 = "tcp://127.0.0.1:" + std::to_string(testing::FreePort());
+  args.back() = "cluster.coordinator=" + coord2;
+  std::filesystem::create_directories(dir.path() + "/coordinator2");
+  std::filesystem::create_directories(dir.path() + "/server2");
+  proc::Proc coordinator2 = proc::Spawn(with("osprey-coordinator"), dir.path() + "/coordinator2");
+  proc::Proc server2 = proc::Spawn(with("osprey-server"), dir.path() + "/server2");
+  auto t2 = MakeTransport(TransportOptions{});
+  ASSERT_TRUE(t2.ok());
+  auto client2 = coordinator::CoordinatorClient::Create(std::move(*t2), coord2);
+  ASSERT_TRUE(client2.ok());
+  auto reg2 = (*client2)->Register(req, 30000);
+  ASSERT_TRUE(reg2.ok()) << reg2.status().ToString() << testing::ReadFile(server2.err_path);
+  const proto::ShardMap& map2 = reg2->shard_map();
+  RawPeer peer2(std::make_unique<ZmqTransport>(TransportOptions{}), map2.server_endpoints(0));
+  proto::Header pull;
+  pull.set_op(proto::OP_PULL_SPARSE);
+  pull.set_table(sparse);
+  pull.set_request_id(7);
+  pull.set_epoch(map2.epoch());
+  pull.set_num_keys(pushed.size());
+  pull.set_worker_rank(reg2->rank());
+  peer2.Send(pull, VecBuf(pushed), Buffer());
+  proto::Header r;
+  Buffer values;
+  ASSERT_TRUE(peer2.Next(&r, &values)) << "no reply to the pull" << testing::ReadFile(server2.err_path);
+  ASSERT_EQ(r.op(), proto::OP_REPLY) << r.error();
+  ASSERT_EQ(values.size(), in_redis.size() * sizeof(float));
+  std::vector<float> served(in_redis.size());
+  std::memcpy(served.data(), values.data(), values.size());
+  EXPECT_EQ(served, in_redis) << "the second server does not serve the acknowledged rows";
+  ::kill(server2.pid, SIGKILL);
+  (void)proc::WaitExit(server2.pid, std::chrono::seconds(30));
+  ::kill(coordinator2.pid, SIGKILL);
+  (void)proc::WaitExit(coordinator2.pid, std::chrono::seconds(30));
+  EXPECT_NE(testing::ReadFile(server2.err_path).find("incarnation 3"), std::string::npos)
+      << testing::ReadFile(server2.err_path);
 }
 
 }  // namespace
