@@ -54,26 +54,25 @@ class Mlp(torch.nn.Module):
 
 class DotInteraction(torch.autograd.Function):
     """The pairwise dots z_i . z_j (i < j) of z [B x (F+1) x d], in the C++ order (0,1), (0,2), ...
-    Computed as one batched Gram matrix in numpy: with Debian's torch 1.13, torch.bmm's backward
-    runs as per-sample slices and costs 3x the numpy version (bench/python/README.md)."""
+    One batched Gram matrix forward, and backward dz = (dG + dG^T) z, each a single torch.bmm:
+    with Debian's torch 1.13 autograd's own bmm backward runs per-sample slices (3x slower), and
+    numpy."""
 
     @staticmethod
     def forward(ctx, z, flat):
-        zn = z.detach().numpy()
         ctx.save_for_backward(z)
         ctx.flat = flat
-        gram = np.matmul(zn, zn.transpose(0, 2, 1))
-        return torch.from_numpy(np.ascontiguousarray(gram.reshape(zn.shape[0], -1)[:, flat]))
+        b, n, _ = z.shape
+        return torch.bmm(z, z.transpose(1, 2)).reshape(b, n * n).index_select(1, flat)
 
     @staticmethod
     def backward(ctx, grad):
         (z,) = ctx.saved_tensors
-        zn = z.detach().numpy()
-        b, n, _ = zn.shape
-        dg = np.zeros((b, n * n), dtype=np.float32)
-        dg[:, ctx.flat] = grad.contiguous().numpy()
-        dg = dg.reshape(b, n, n)
-        return torch.from_numpy(np.matmul(dg + dg.transpose(0, 2, 1), zn)), None
+        b, n, _ = z.shape
+        dg = torch.zeros(b, n * n, dtype=z.dtype)
+        dg.index_copy_(1, ctx.flat, grad.contiguous())
+        dg = dg.view(b, n, n)
+        return torch.bmm(dg + dg.transpose(1, 2), z), None
 
 
 class Dlrm(torch.nn.Module):
@@ -85,7 +84,7 @@ class Dlrm(torch.nn.Module):
         self.top = Mlp(d + (f + 1) * f // 2, info["top_mlp"], True, gen)
         self.emb = ot.EmbeddingBag(table, mode="sum")
         iu = np.triu_indices(f + 1, 1)
-        self.flat = iu[0] * (f + 1) + iu[1]
+        self.flat = torch.from_numpy(iu[0] * (f + 1) + iu[1])
 
     def forward(self, dense, keys):
         b, f = keys.shape

@@ -52,6 +52,8 @@ class _Lookup:
     def finish(self):
         self.handle.wait()
         weight = torch.from_numpy(self.rows).requires_grad_(self.bag.training and torch.is_grad_enabled())
+        if self.offsets is None:  # one id per bag (2-D input of one column): a row gather
+            return _GatherRows.apply(weight, self)
         if weight.requires_grad:
             weight.register_hook(self._push)
         out = F.embedding_bag(torch.from_numpy(self.inverse), weight, self.offsets, mode=self.bag.mode,
@@ -64,6 +66,25 @@ class _Lookup:
         g = grad.detach().contiguous().numpy()
         self.bag._pending.append(self.bag.table.push(self.unique, g, clock=self.clock))
         return None
+
+
+class _GatherRows(torch.autograd.Function):
+    """rows[inverse] for bags of one id. Backward sums the gradient rows per distinct key
+    (osprey._C.scatter_add_rows: torch 1.13's embedding_bag / index_add_ backward cost ~1 ms a
+    step more on the default job) and pushes the sums; the leaf gets no .grad."""
+
+    @staticmethod
+    def forward(ctx, weight, lookup):
+        ctx.lookup = lookup
+        return weight.index_select(0, torch.from_numpy(lookup.inverse))
+
+    @staticmethod
+    def backward(ctx, grad):
+        lookup = ctx.lookup
+        sums = np.zeros(lookup.rows.shape, dtype=np.float32)
+        _C.scatter_add_rows(lookup.inverse, grad.detach().contiguous().numpy(), sums)
+        lookup.bag._pending.append(lookup.bag.table.push(lookup.unique, sums, clock=lookup.clock))
+        return None, None
 
 
 class EmbeddingBag(torch.nn.Module):
@@ -103,6 +124,8 @@ class EmbeddingBag(torch.nn.Module):
             if offsets is not None:
                 raise ValueError("osprey.torch.EmbeddingBag: offsets must be None for 2-D input")
             b, n = input.shape
+            if n == 1 and per_sample_weights is None:
+                return input.reshape(-1), None, None  # one id per bag: pooled = the row (sum or mean)
             offsets = torch.arange(0, b * n, n, dtype=torch.int64)
             if self.include_last_offset:
                 offsets = torch.cat([offsets, torch.tensor([b * n], dtype=torch.int64)])
@@ -138,7 +161,8 @@ class EmbeddingBag(torch.nn.Module):
         (ids, offs, psw), lookup = self._prefetched
         self._prefetched = None
         same = (ids.shape == prepared[0].shape and torch.equal(ids, prepared[0]) and
-                offs.shape == prepared[1].shape and torch.equal(offs, prepared[1]) and
+                (offs is None) == (prepared[1] is None) and
+                (offs is None or (offs.shape == prepared[1].shape and torch.equal(offs, prepared[1]))) and
                 (psw is None) == (prepared[2] is None) and (psw is None or torch.equal(psw, prepared[2])))
         if not same or lookup.clock != self.table.client.clock:
             lookup.handle.wait()  # not what this forward needs (or pulled for another clock): drop it
