@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "python/src/job_client.h"
+#include "tools/commands.h"
 #include "worker/data/batch.h"
 #include "worker/data/metrics.h"
 #include "worker/data/synthetic.h"
@@ -336,6 +337,18 @@ NB_MODULE(_C, m) {
              }
              Check(s);
            })
+      // `osprey checkpoint` of this job (tools/checkpoint_command.cc, the same code): every live
+      // server writes its file into `dir` ("" = checkpoint.dir); with bsp tables a cut at the next
+      // clock every server closes. Prints what `osprey checkpoint` prints; returns its exit code.
+      .def("checkpoint",
+           [](JobClient& jc, const std::string& dir, int timeout_ms) {
+             Check(jc.CheckUsable());
+             const config::JobConfig& j = jc.job();
+             const std::string keys = j.security.mode == config::SecurityMode::kCurve ? j.security.keys_dir : "";
+             nb::gil_scoped_release unlocked;
+             return tools::RunCheckpoint(j.cluster.coordinator, dir, timeout_ms, keys);
+           },
+           "dir"_a, "timeout_ms"_a)
       .def("set_progress", &JobClient::SetProgress)
       .def("report",
            [](JobClient& jc, int64_t steps, uint64_t samples, double seconds, double loss, double auc, double logloss,
