@@ -64,7 +64,7 @@ class _Lookup:
         # The gradient of the leaf is [num distinct keys x dim]: each key's gradient summed over
         # its occurrences, as the servers expect. The push copies it before returning.
         g = grad.detach().contiguous().numpy()
-        self.bag._pending.append(self.bag.table.push(self.unique, g, clock=self.clock))
+        self.bag._pending.append(self.bag.table.push(self.unique, g, clock=self.bag.table.client.clock))
         return None
 
 
@@ -83,7 +83,8 @@ class _GatherRows(torch.autograd.Function):
         lookup = ctx.lookup
         sums = np.zeros(lookup.rows.shape, dtype=np.float32)
         _C.scatter_add_rows(lookup.inverse, grad.detach().contiguous().numpy(), sums)
-        lookup.bag._pending.append(lookup.bag.table.push(lookup.unique, sums, clock=lookup.clock))
+        table = lookup.bag.table  # pushed at the step it was computed in (a prefetch pulled earlier)
+        lookup.bag._pending.append(table.push(lookup.unique, sums, clock=table.client.clock))
         return None, None
 
 
@@ -117,6 +118,7 @@ class EmbeddingBag(torch.nn.Module):
         self._pending = []
         self._prefetched = None
         self.prefetch_hits = 0  # forwards served by a prefetched pull
+        self.last_staleness = None  # clocks between the last prefetched pull and its use
         table.client._bags.append(self)  # DenseOptimizer.step() waits for their pushes
 
     def _prepare(self, input, offsets, per_sample_weights):
@@ -146,28 +148,37 @@ class EmbeddingBag(torch.nn.Module):
         prepared = self._prepare(input, offsets, per_sample_weights)
         return self._take_prefetched(prepared) or _Lookup(self, *prepared)
 
-    def prefetch(self, input, offsets=None, per_sample_weights=None):
+    def prefetch(self, input, offsets=None, per_sample_weights=None, staleness=0):
         """Starts the pull of a later batch's rows now; the next forward() with equal input,
-        offsets and weights uses it instead of pulling. The pull is for the clock the client is at
-        when it is issued: pass it as DenseOptimizer.step(overlap=...) and it runs at the new
-        clock, concurrently with the dense pull (under bsp the rows are then bit-identical to no
-        prefetch; under async they are as fresh as a pull at that moment)."""
+        offsets and weights uses it instead of pulling, provided the client's clock then is at
+        most `staleness` clocks past the clock it was issued at (else it is dropped and the
+        forward pulls afresh: the rows a forward computes with are never older than that).
+
+        staleness=0: pass it as DenseOptimizer.step(overlap=...), so it is issued at the new
+        clock, concurrently with the dense pull: under bsp bit-identical to no prefetch.
+        staleness=k > 0 (async / ssp tables): issue it k steps ahead, e.g. right after the
+        forward of step t for the batch of step t+1, and the pull overlaps step t's compute;
+        the rows then miss at most k steps of updates."""
+        if staleness < 0:
+            raise ValueError(f"osprey.torch.EmbeddingBag.prefetch: staleness must be >= 0, got {staleness}")
         prepared = self._prepare(input, offsets, per_sample_weights)
-        self._prefetched = (prepared, _Lookup(self, *prepared))
+        self._prefetched = (prepared, _Lookup(self, *prepared), int(staleness))
 
     def _take_prefetched(self, prepared):
         if self._prefetched is None:
             return None
-        (ids, offs, psw), lookup = self._prefetched
+        (ids, offs, psw), lookup, staleness = self._prefetched
         self._prefetched = None
         same = (ids.shape == prepared[0].shape and torch.equal(ids, prepared[0]) and
                 (offs is None) == (prepared[1] is None) and
                 (offs is None or (offs.shape == prepared[1].shape and torch.equal(offs, prepared[1]))) and
                 (psw is None) == (prepared[2] is None) and (psw is None or torch.equal(psw, prepared[2])))
-        if not same or lookup.clock != self.table.client.clock:
-            lookup.handle.wait()  # not what this forward needs (or pulled for another clock): drop it
+        age = self.table.client.clock - lookup.clock
+        if not same or not 0 <= age <= staleness:
+            lookup.handle.wait()  # not what this forward needs, or too old: drop it
             return None
         self.prefetch_hits += 1
+        self.last_staleness = age
         return lookup
 
     def forward(self, input, offsets=None, per_sample_weights=None):
