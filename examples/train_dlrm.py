@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 import osprey
 import osprey.torch as ot
-from osprey.data import EVAL_STREAM, Synthetic, auc
+from osprey.data import EVAL_STREAM, Criteo, Synthetic, auc
 
 
 class Mlp(torch.nn.Module):
@@ -95,21 +95,27 @@ class Dlrm(torch.nn.Module):
         return self.top(torch.cat([z0, dots], dim=1)).squeeze(1)
 
 
-def evaluate(model, client, samples):
-    gen = Synthetic(client, stream=EVAL_STREAM)
+def evaluate(model, client, info):
+    """AUC and logloss on the held-out data: the synthetic eval stream (with the oracle's AUC) or,
+    for Criteo, the first eval_samples lines of data.eval_path."""
+    samples = info["eval_samples"]
+    criteo = info["data_source"] == "criteo"
+    gen = Criteo(info["eval_path"]) if criteo else Synthetic(client, stream=EVAL_STREAM)
     probs, labels, oracle = [], [], []
     model.eval()
     with torch.no_grad():
         while sum(len(p) for p in probs) < samples:
             n = min(4096, samples - sum(len(p) for p in probs))
             dense, keys, y, o = gen.next(n)
+            if len(y) == 0:
+                break  # the eval file ended
             probs.append(torch.sigmoid(model(torch.from_numpy(dense), torch.from_numpy(keys.view(np.int64)))).numpy())
             labels.append(y)
-            oracle.append(o)
+            oracle.append(o if o is not None else np.zeros_like(y))
     p, y, o = np.concatenate(probs), np.concatenate(labels), np.concatenate(oracle)
     eps = 1e-7
     logloss = float(-np.mean(y * np.log(np.clip(p, eps, 1)) + (1 - y) * np.log(np.clip(1 - p, eps, 1))))
-    return auc(p, y), logloss, auc(o, y), len(p)
+    return auc(p, y), logloss, 0.0 if criteo else auc(o, y), len(p)
 
 
 def main():
@@ -124,11 +130,14 @@ def main():
     torch.set_num_threads(args.threads)
     client = osprey.connect(config=args.config)
     info = client.info
-    if info["model"] != "dlrm" or info["data_source"] != "synthetic":
-        raise SystemExit("train_dlrm.py: needs model.type dlrm and data.source synthetic")
+    if info["model"] != "dlrm" or info["data_source"] not in ("synthetic", "criteo"):
+        raise SystemExit("train_dlrm.py: needs model.type dlrm and data.source synthetic or criteo")
     model = Dlrm(client.table(info["sparse_table"]), info, info["seed"])
     opt = ot.DenseOptimizer(model.parameters(), client.table(info["dense_table"]))
-    gen = Synthetic(client, stream=client.rank)
+    if info["data_source"] == "criteo":  # worker r reads lines r, r + W, ... and wraps (epochs)
+        gen = Criteo(info["train_path"], shard=client.rank, num_shards=client.world_size, wrap=True)
+    else:
+        gen = Synthetic(client, stream=client.rank)
     steps, batch = args.steps or info["steps"], info["batch_size"]
     avg = None
     start = time.monotonic()
@@ -150,7 +159,7 @@ def main():
     result = {}
     if client.rank == 0 and info["eval_samples"] > 0:
         opt.refresh()
-        a, ll, oracle, n = evaluate(model, client, info["eval_samples"])
+        a, ll, oracle, n = evaluate(model, client, info)
         result = dict(auc=a, logloss=ll, oracle_auc=oracle, eval_samples=n)
         print(f"held-out: AUC {a:.4f} (oracle {oracle:.4f}), logloss {ll:.4f} on {n} samples", flush=True)
     client.report(steps=steps, samples=steps * batch, train_seconds=seconds, loss=avg, **result)
