@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 import osprey
 import osprey.torch as ot
+from osprey import _C
 from osprey.data import EVAL_STREAM, Criteo, Synthetic, auc
 
 
@@ -54,25 +55,25 @@ class Mlp(torch.nn.Module):
 
 class DotInteraction(torch.autograd.Function):
     """The pairwise dots z_i . z_j (i < j) of z [B x (F+1) x d], in the C++ order (0,1), (0,2), ...
-    One batched Gram matrix forward, and backward dz = (dG + dG^T) z, each a single torch.bmm:
-    with Debian's torch 1.13 autograd's own bmm backward runs per-sample slices (3x slower), and
-    numpy."""
+    on the C++ worker's kernels (osprey._C.dot_pairs / dot_pairs_grad): with Debian's torch 1.13,
+    torch.bmm on these small matrices costs ~3x as much, and autograd's own bmm backward runs
+    per-sample slices (README, "PyTorch")."""
 
     @staticmethod
-    def forward(ctx, z, flat):
+    def forward(ctx, z):
+        z = z.contiguous()
         ctx.save_for_backward(z)
-        ctx.flat = flat
         b, n, _ = z.shape
-        return torch.bmm(z, z.transpose(1, 2)).reshape(b, n * n).index_select(1, flat)
+        out = torch.empty(b, n * (n - 1) // 2)
+        _C.dot_pairs(z.numpy(), out.numpy())
+        return out
 
     @staticmethod
     def backward(ctx, grad):
         (z,) = ctx.saved_tensors
-        b, n, _ = z.shape
-        dg = torch.zeros(b, n * n, dtype=z.dtype)
-        dg.index_copy_(1, ctx.flat, grad.contiguous())
-        dg = dg.view(b, n, n)
-        return torch.bmm(dg + dg.transpose(1, 2), z), None
+        dz = torch.empty_like(z)
+        _C.dot_pairs_grad(z.numpy(), grad.contiguous().numpy(), dz.numpy())
+        return dz
 
 
 class Dlrm(torch.nn.Module):
@@ -83,15 +84,13 @@ class Dlrm(torch.nn.Module):
         self.bottom = Mlp(info["num_dense"], info["bottom_mlp"], False, gen)
         self.top = Mlp(d + (f + 1) * f // 2, info["top_mlp"], True, gen)
         self.emb = ot.EmbeddingBag(table, mode="sum")
-        iu = np.triu_indices(f + 1, 1)
-        self.flat = torch.from_numpy(iu[0] * (f + 1) + iu[1])
 
     def forward(self, dense, keys):
         b, f = keys.shape
         z0 = self.bottom(dense)
         rows = self.emb(keys.reshape(-1, 1)).view(b, f, -1)  # one id per bag: the row itself
         z = torch.cat([z0.unsqueeze(1), rows], dim=1)
-        dots = DotInteraction.apply(z, self.flat)
+        dots = DotInteraction.apply(z)
         return self.top(torch.cat([z0, dots], dim=1)).squeeze(1)
 
 

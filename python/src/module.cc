@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "python/src/job_client.h"
+#include "python/src/kernels.h"
 #include "tools/commands.h"
 #include "worker/data/batch.h"
 #include "worker/data/criteo.h"
@@ -138,44 +139,6 @@ std::tuple<nb::ndarray<nb::numpy, uint64_t>, nb::ndarray<nb::numpy, int64_t>> De
   }
   const size_t u = unique.size();
   return {ToNumpy(std::move(unique), {u}), ToNumpy(std::move(inverse), {n})};
-}
-
-// out[index[i]] += src[i] for rows of out's width: the per-key gradient sums of a row gather's
-// backward (what index_add_ does, without its per-row overhead in torch 1.13: ~40x here).
-void ScatterAddRows(nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> index,
-                    nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> src,
-                    nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> out) {
-  const size_t n = index.shape(0), d = out.shape(1), rows = out.shape(0);
-  if (src.shape(0) != n || src.shape(1) != d) {
-    Raise(InvalidArgument("scatter_add_rows: src is [" + std::to_string(src.shape(0)) + " x " +
-                          std::to_string(src.shape(1)) + "], needs [" + std::to_string(n) + " x " +
-                          std::to_string(d) + "]"));
-  }
-  bool out_of_range = false;
-  int64_t bad = 0;
-  size_t bad_at = 0;
-  {
-    nb::gil_scoped_release unlocked;
-    const int64_t* idx = index.data();
-    const float* g = src.data();
-    float* o = out.data();
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t r = idx[i];
-      if (r < 0 || static_cast<size_t>(r) >= rows) {
-        out_of_range = true;
-        bad = r;
-        bad_at = i;
-        break;
-      }
-      float* dst = o + static_cast<size_t>(r) * d;
-      const float* row = g + i * d;
-      for (size_t j = 0; j < d; ++j) dst[j] += row[j];
-    }
-  }
-  if (out_of_range) {
-    Raise(InvalidArgument("scatter_add_rows: index[" + std::to_string(bad_at) + "] = " + std::to_string(bad) +
-                          " is outside [0, " + std::to_string(rows) + ")"));
-  }
 }
 
 // The synthetic planted-model data of a job config (data.synthetic), one stream.
@@ -424,7 +387,7 @@ NB_MODULE(_C, m) {
       .def("next", &CriteoData::Next, "n"_a);
 
   m.def("dedupe", &Dedupe, "keys"_a.noconvert());
-  m.def("scatter_add_rows", &ScatterAddRows, "index"_a.noconvert(), "src"_a.noconvert(), "out"_a.noconvert());
+  AddKernels(m);
   m.def("auc", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> scores,
                   nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> labels) {
     if (scores.shape(0) != labels.shape(0)) Raise(InvalidArgument("auc: scores and labels differ in length"));
