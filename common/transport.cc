@@ -49,7 +49,8 @@ StatusOr<std::unique_ptr<Transport>> MakeTransport(const TransportOptions& optio
     return std::unique_ptr<Transport>(new InprocTransport(options.hub));
   }
   return InvalidArgument("transport: unknown kind \"" + options.kind +
-                         "\" (want \"zmq\" or \"inproc\")");
+                         "\" (want \"zmq\" or \"inproc\"; rdma transports are made by "
+                         "rdma::MakeDataTransport, common/rdma/data_transport.h)");
 }
 
 }  // namespace osprey

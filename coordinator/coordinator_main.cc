@@ -50,6 +50,8 @@ int Run(const Flags& flags) {
     OSPREY_LOG_ERROR("{}", options.status().ToString());
     return config::kExitUsage;
   }
+  // The control plane is ZeroMQ whatever cluster.transport says (rdma is for the data plane only:
+  // common/rdma/data_transport.h).
   StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(*options);
   if (!transport.ok()) {
     OSPREY_LOG_ERROR("{}", transport.status().ToString());

@@ -21,6 +21,7 @@
 #include "job/node_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/rdma/data_transport.h"
 #include "coordinator/coordinator_client.h"
 #include "server/redis/job_store.h"
 #include "server/server.h"
@@ -36,6 +37,7 @@ std::string DefaultEndpoint(const osprey::config::ClusterConfig& c) {
   if (c.transport == "ipc") {
     return "ipc://" + c.ipc_dir + "/server-" + std::to_string(getpid()) + ".sock";
   }
+  if (c.transport == "rdma") return osprey::rdma::DefaultRdmaEndpoint(c);
   return "tcp://" + c.host + ":0";
 }
 
@@ -184,7 +186,9 @@ int main(int argc, char** argv) {
   if (!coord_options.ok()) return Fail(coord_options.status(), "security");
   listen_options->max_message_bytes = static_cast<int64_t>(job->limits.max_frame_bytes);
   listen_options->io_threads = job->cluster.io_threads;
-  auto transport = MakeTransport(*listen_options);
+  // The data plane follows cluster.transport (rdma: RdmaTransport over the real device); the
+  // coordinator connection below stays on ZeroMQ (common/rdma/data_transport.h says why).
+  auto transport = rdma::MakeDataTransport(*job, *listen_options);
   if (!transport.ok()) return Fail(transport.status(), "transport");
   auto store = server::MakeJobStore(job->store);
   if (!store.ok()) return Fail(store.status(), "store");

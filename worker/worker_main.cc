@@ -17,6 +17,7 @@
 #include "job/node_flags.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/rdma/data_transport.h"
 #include "coordinator/coordinator_client.h"
 #include "worker/client/client.h"
 #include "worker/gpu_trainer.h"
@@ -206,7 +207,8 @@ int main(int argc, char** argv) {
   copts.worker_rank = rank;
   copts.timeout_ms = job.client.timeout_ms;
   copts.max_inflight = job.client.max_inflight;
-  auto dtransport = MakeTransport(*data_options);
+  // Data plane per cluster.transport (rdma too); the coordinator stays on ZeroMQ (data_transport.h).
+  auto dtransport = rdma::MakeDataTransport(job, *data_options);
   if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
   worker::Client client(copts, std::move(*dtransport), reg->shard_map());
   Status s = client.Start();

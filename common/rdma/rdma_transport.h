@@ -169,6 +169,13 @@ class RdmaTransport final : public Transport {
   RdmaStats rstats_ GUARDED_BY(mu_);
 };
 
+// Receives the transport posts on each QP, and the work requests it may have posted on one QP's
+// send queue at once (ring_slots data writes, credit / read-done writes, up to three reads per
+// received message -- reads are not bounded by credits, so that part is an estimate; a full send
+// queue tears the peer down with ResourceExhausted): what a Verbs's QPs must hold.
+uint32_t ReceivesPerQp(uint32_t ring_slots);
+uint32_t SendsPerQp(uint32_t ring_slots);
+
 // "rdma://host:port" -> "host:port"; InvalidArgument naming the endpoint otherwise.
 StatusOr<std::string> ParseRdmaEndpoint(const std::string& endpoint);
 

@@ -12,11 +12,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 enum WrKind : uint64_t { kWrData = 1, kWrControl = 2, kWrRead = 3, kWrRecv = 4 };
 uint64_t WrId(WrKind k, uint32_t index) { return (static_cast<uint64_t>(k) << 28) | index; }
-// Receives posted per QP: a full ring of data writes plus the control writes that can be in
-// flight with them (credit returns of at least half a ring each, one read-done per rendezvous).
-uint32_t RecvDepth(uint32_t slots) { return 2 * slots + 8; }
 void* AlignedAlloc(size_t n) { return std::aligned_alloc(4096, (n + 4095) / 4096 * 4096); }
 }  // namespace
+
+// A full ring of data writes plus the control writes that can be in flight with them (credit
+// returns of at least half a ring each, one read-done per rendezvous).
+uint32_t ReceivesPerQp(uint32_t ring_slots) { return 2 * ring_slots + 8; }
+uint32_t SendsPerQp(uint32_t ring_slots) { return 4 * ring_slots + 64; }
 
 StatusOr<RdmaTransport::Ring> RdmaTransport::NewRing(size_t bytes) {
   Ring r;
@@ -69,7 +71,7 @@ Status RdmaTransport::Attach(Peer* p, QpId qp, const wire::Hello& remote) {
 
 // A QP with its receives posted and the ring they land in, before connecting.
 static Status PostReceives(Verbs* v, QpId qp, uint32_t slots) {
-  for (uint32_t i = 0; i < RecvDepth(slots); ++i) {
+  for (uint32_t i = 0; i < ReceivesPerQp(slots); ++i) {
     OSPREY_RETURN_IF_ERROR(v->PostRecv(qp, WrId(kWrRecv, i)));
   }
   return Status::OK();

@@ -8,15 +8,15 @@ namespace osprey::rdma {
 
 Status CheckTransportAtStart(const config::PsConfig& c) {
   if (c.cluster.transport != "rdma") return Status::OK();
+  if (c.security.mode == config::SecurityMode::kCurve) {
+    return FailedPrecondition("cluster.transport rdma cannot be used with security.mode curve: "
+                              "the RDMA transport neither encrypts nor authenticates peers (use "
+                              "tcp or ipc with curve)");
+  }
 #if OSPREY_HAVE_RDMA
   DeviceRequest want{c.rdma.device, c.rdma.port, c.rdma.gid_index};
   OSPREY_ASSIGN_OR_RETURN(StackInfo stack, QueryRdmaStack());
-  OSPREY_RETURN_IF_ERROR(CheckRdmaDevice(want, stack));
-  // A usable device, but the real connection setup is not written (real_verbs.h): say so now
-  // rather than fail on the first connect.
-  return FailedPrecondition(
-      "cluster.transport is rdma and the RDMA device is usable, but this build's real-verbs "
-      "connection setup (rdma_cm) is not written yet; use cluster.transport tcp");
+  return CheckRdmaDevice(want, stack);
 #else
   return FailedPrecondition(
       "cluster.transport is rdma but this build has no RDMA support (libibverbs-dev and "
@@ -27,8 +27,8 @@ Status CheckTransportAtStart(const config::PsConfig& c) {
 std::vector<std::pair<std::string, std::string>> RdmaDoctorRows() {
   std::vector<std::pair<std::string, std::string>> rows;
 #if OSPREY_HAVE_RDMA
-  rows.emplace_back("RDMA transport", "built (protocol tested on loopback verbs only; real "
-                                      "rdma_cm connection setup not written yet)");
+  rows.emplace_back("RDMA transport", "built (protocol tested on loopback verbs only; the real "
+                                      "rdma_cm / verbs path has never run on hardware)");
   StatusOr<StackInfo> stack = QueryRdmaStack();
   if (!stack.ok()) {
     rows.emplace_back("RDMA devices", stack.status().ToString());
@@ -48,10 +48,14 @@ std::vector<std::pair<std::string, std::string>> RdmaDoctorRows() {
                                            (gids.empty() ? "none" : gids));
     }
   }
+  rows.emplace_back("RDMA rdma_cm",
+                    "rdma_cm can use " + std::to_string(stack->rdma_cm_devices) + " device(s)");
   rows.emplace_back("RDMA device memory",
-                    std::string(stack->dmabuf_mr_available ? "ibv_reg_dmabuf_mr available"
-                                                           : "no ibv_reg_dmabuf_mr") +
-                        "; GPUDirect sends are TODO (the transport sends from host memory)");
+                    std::string(stack->dmabuf_mr_available
+                                    ? "ibv_reg_dmabuf_mr available (whether a NIC accepts a CUDA "
+                                      "dmabuf is only known by trying)"
+                                    : "no ibv_reg_dmabuf_mr in this libibverbs") +
+                        "; GPUDirect sends are not done (the transport sends from host memory)");
 #else
   rows.emplace_back("RDMA transport", "not built (libibverbs-dev / librdmacm-dev not found)");
 #endif

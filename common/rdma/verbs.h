@@ -4,9 +4,11 @@
 // event), create a queue pair and connect it to an endpoint or accept one, and query devices.
 //
 // Two implementations:
-//   - RealVerbs (real_verbs.h): libibverbs + librdmacm. Used for device discovery and the
-//     fail-fast check at start; its data path cannot be exercised on a machine with no RDMA
-//     device (none here).
+//   - RealVerbs (real_verbs.h): libibverbs + librdmacm (rdma_cm RC connections). Device
+//     discovery and the fail-fast check run here; connection setup and the data path compile and
+//     link but have never run (no RDMA device here). RealVerbs retries receiver-not-ready (RNR)
+//     instead of failing (real_verbs.h); the loopback's strict error proves the protocol never
+//     needs that.
 //   - LoopbackVerbsForTesting (loopback_verbs_for_testing.h): an in-process test double that moves
 //     bytes between registered regions of endpoints of one LoopbackFabricForTesting and can
 //     inject faults.
@@ -79,6 +81,9 @@ struct StackInfo {
   // libibverbs offers ibv_reg_dmabuf_mr (device memory, e.g. a CUDA dmabuf fd, can be registered
   // when the NIC and driver allow it). The transport does not use device memory yet.
   bool dmabuf_mr_available = false;
+  // Devices rdma_cm (librdmacm's rdma_get_devices) can use: the transport's connections go
+  // through it, so a device libibverbs lists but rdma_cm does not is of no use to it.
+  int rdma_cm_devices = 0;
 };
 
 // Bytes a connect request or accept carries (rdma_cm private data: at most 56 bytes for RC).

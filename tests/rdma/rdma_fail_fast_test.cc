@@ -6,7 +6,9 @@
 #include <chrono>
 #include <string>
 
+#include "common/rdma/data_transport.h"
 #include "common/rdma/real_verbs.h"
+#include "common/rdma/startup_check.h"
 #include "tests/testing/launch_util.h"
 
 namespace osprey {
@@ -69,6 +71,36 @@ TEST(RdmaFailFastTest, CheckNamesAMissingDeviceADownPortAndAMissingGid) {
   stack.devices[0].ports[0].gids.push_back({3, "fe80::1"});
   EXPECT_TRUE(rdma::CheckRdmaDevice({"", 1, 3}, stack).ok());
   EXPECT_EQ(rdma::CheckRdmaDevice({"", 2, 0}, stack).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(RdmaFailFastTest, CurveWithRdmaIsRefusedAtStart) {
+  config::PsConfig c;
+  c.cluster.transport = "rdma";
+  c.security.mode = config::SecurityMode::kCurve;
+  Status st = rdma::CheckTransportAtStart(c);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("security.mode curve"), std::string::npos) << st.ToString();
+  c.cluster.transport = "tcp";
+  EXPECT_TRUE(rdma::CheckTransportAtStart(c).ok());
+}
+
+// The mains' data transport: ZeroMQ for tcp; for rdma the real verbs, which find no device here
+// and say so (rather than a transport that fails on its first connect).
+TEST(RdmaFailFastTest, DataTransportIsZmqForTcpAndNamesTheMissingDeviceForRdma) {
+  config::PsConfig c;
+  TransportOptions zmq;
+  auto tcp = rdma::MakeDataTransport(c, zmq);
+  ASSERT_TRUE(tcp.ok()) << tcp.status().ToString();
+  auto bound = (*tcp)->Listen("tcp://127.0.0.1:0");
+  EXPECT_TRUE(bound.ok()) << bound.status().ToString();
+  if (!NoDeviceHere()) GTEST_SKIP() << "this machine has an RDMA device";
+  c.cluster.transport = "rdma";
+  c.rdma.device = "mlx5_0";
+  auto r = rdma::MakeDataTransport(c, zmq);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("mlx5_0"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(rdma::DefaultRdmaEndpoint(c.cluster), "rdma://127.0.0.1:0");
 }
 
 }  // namespace

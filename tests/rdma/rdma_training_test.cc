@@ -1,9 +1,10 @@
-// The default model (configs/local.yaml) trained by an in-process cluster -- 2 servers and 2
-// workers, as inproc_cluster_test -- over RdmaTransport on the loopback verbs (the test double:
-// no RDMA NIC here), against the same cluster over the in-process transport. (The coordinator is
-// not part of InprocTraining: it only registers nodes and keeps heartbeats, on its own
-// transport.) With one worker a run is bit-for-bit repeatable (pushes reach each server in
-// program order), so the AUC must be equal; with two async workers the interleaving alone moves
+// The default model (configs/local.yaml) trained by a whole in-process job -- the coordinator, 2
+// servers and 1 or 2 workers, each doing what its main does (CoordinatedTraining) -- with the data
+// plane over RdmaTransport on the loopback verbs (the test double: no RDMA NIC here), against the
+// same job with the data plane over the in-process transport. The control plane is the
+// in-process transport in both (the binaries keep it on ZeroMQ: data_transport.h). With one
+// worker a run is bit-for-bit repeatable (pushes reach each server in program order), so the AUC
+// must be equal; with two async workers the interleaving alone moves
 // the AUC by ~0.001 between identical runs (compression_convergence_test measured it).
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@
 #include "common/rdma/loopback_verbs_for_testing.h"
 #include "common/rdma/rdma_transport.h"
 #include "job/job_config.h"
-#include "tests/testing/inproc_training.h"
+#include "tests/testing/coordinated_training.h"
 #include "tests/testing/test_env.h"
 
 namespace osprey {
@@ -33,24 +34,24 @@ TrainRun Train(bool rdma, int workers) {
   EXPECT_TRUE(job.ok()) << job.status().ToString();
   if (!job.ok()) return out;
   auto fabric = std::make_shared<rdma::LoopbackFabricForTesting>();
-  testing::InprocCluster::TransportFactory factory;
-  testing::InprocCluster::EndpointOf endpoint_of;
+  auto data_hub = std::make_shared<InprocHub>();
+  testing::InprocCluster::TransportFactory factory = [data_hub]() -> std::unique_ptr<Transport> {
+    return std::make_unique<InprocTransport>(data_hub);
+  };
+  testing::InprocCluster::EndpointOf endpoint_of = [](int s) {
+    return "inproc://server-" + std::to_string(s);
+  };
   if (rdma) {
     factory = [fabric]() -> std::unique_ptr<Transport> {
       return std::make_unique<rdma::RdmaTransport>(rdma::RdmaOptions{}, fabric->NewVerbs());
     };
     endpoint_of = [](int s) { return "rdma://server-" + std::to_string(s) + ":7000"; };
   }
-  testing::InprocTraining training(*job, /*servers=*/2, workers, factory, endpoint_of);
-  Status init = training.Init();
-  EXPECT_TRUE(init.ok()) << init.ToString();
-  if (!init.ok()) return out;
-  Status run = training.RunAll();
+  testing::CoordinatedTraining training(*job, /*servers=*/2, workers, factory, endpoint_of);
+  Status run = training.Run(std::chrono::minutes(4));
   EXPECT_TRUE(run.ok()) << run.ToString();
-  auto eval = training.trainer(0).Evaluate();
-  EXPECT_TRUE(eval.ok()) << eval.status().ToString();
-  if (eval.ok()) out.auc = eval->auc;
-  for (int s = 0; s < 2; ++s) EXPECT_EQ(training.cluster().server(s).stats().bad_requests, 0u);
+  out.auc = training.auc();
+  EXPECT_EQ(training.server_bad_requests(), 0u);
   out.rdma_writes = fabric->writes();
   return out;
 }
