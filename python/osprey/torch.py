@@ -269,12 +269,21 @@ class DenseOptimizer:
         self._load()
 
     def _load(self):
+        # The first time the parameters become views of the flat buffer the pulls write into, so
+        # later pulls need no copy (their values change only inside step() and refresh()).
+        if getattr(self, "_viewed", False):
+            return
         with torch.no_grad():
             at = 0
             for p in self.params:
                 n = p.numel()
-                p.copy_(self._flat_t[at:at + n].view_as(p))
+                if p.dtype == torch.float32 and p.device.type == "cpu":
+                    p.data = self._flat_t[at:at + n].view_as(p)
+                else:
+                    p.copy_(self._flat_t[at:at + n].view_as(p))
+                    self._copies = True
                 at += n
+        self._viewed = not getattr(self, "_copies", False)
 
     def zero_grad(self, set_to_none=True):
         for p in self.params:
