@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 import osprey
 import osprey.torch as ot
-from osprey.data import EVAL_STREAM, Synthetic, auc
+from osprey import _C
+from osprey.data import EVAL_STREAM, Criteo, Synthetic, auc
 
 
 class Mlp(torch.nn.Module):
@@ -54,26 +55,25 @@ class Mlp(torch.nn.Module):
 
 class DotInteraction(torch.autograd.Function):
     """The pairwise dots z_i . z_j (i < j) of z [B x (F+1) x d], in the C++ order (0,1), (0,2), ...
-    Computed as one batched Gram matrix in numpy: with Debian's torch 1.13, torch.bmm's backward
-    runs as per-sample slices and costs 3x the numpy version (bench/python/README.md)."""
+    on the C++ worker's kernels (osprey._C.dot_pairs / dot_pairs_grad): with Debian's torch 1.13,
+    torch.bmm on these small matrices costs ~3x as much, and autograd's own bmm backward runs
+    per-sample slices (README, "PyTorch")."""
 
     @staticmethod
-    def forward(ctx, z, flat):
-        zn = z.detach().numpy()
+    def forward(ctx, z):
+        z = z.contiguous()
         ctx.save_for_backward(z)
-        ctx.flat = flat
-        gram = np.matmul(zn, zn.transpose(0, 2, 1))
-        return torch.from_numpy(np.ascontiguousarray(gram.reshape(zn.shape[0], -1)[:, flat]))
+        b, n, _ = z.shape
+        out = torch.empty(b, n * (n - 1) // 2)
+        _C.dot_pairs(z.numpy(), out.numpy())
+        return out
 
     @staticmethod
     def backward(ctx, grad):
         (z,) = ctx.saved_tensors
-        zn = z.detach().numpy()
-        b, n, _ = zn.shape
-        dg = np.zeros((b, n * n), dtype=np.float32)
-        dg[:, ctx.flat] = grad.contiguous().numpy()
-        dg = dg.reshape(b, n, n)
-        return torch.from_numpy(np.matmul(dg + dg.transpose(0, 2, 1), zn)), None
+        dz = torch.empty_like(z)
+        _C.dot_pairs_grad(z.numpy(), grad.contiguous().numpy(), dz.numpy())
+        return dz
 
 
 class Dlrm(torch.nn.Module):
@@ -84,33 +84,37 @@ class Dlrm(torch.nn.Module):
         self.bottom = Mlp(info["num_dense"], info["bottom_mlp"], False, gen)
         self.top = Mlp(d + (f + 1) * f // 2, info["top_mlp"], True, gen)
         self.emb = ot.EmbeddingBag(table, mode="sum")
-        iu = np.triu_indices(f + 1, 1)
-        self.flat = iu[0] * (f + 1) + iu[1]
 
     def forward(self, dense, keys):
         b, f = keys.shape
         z0 = self.bottom(dense)
         rows = self.emb(keys.reshape(-1, 1)).view(b, f, -1)  # one id per bag: the row itself
         z = torch.cat([z0.unsqueeze(1), rows], dim=1)
-        dots = DotInteraction.apply(z, self.flat)
+        dots = DotInteraction.apply(z)
         return self.top(torch.cat([z0, dots], dim=1)).squeeze(1)
 
 
-def evaluate(model, client, samples):
-    gen = Synthetic(client, stream=EVAL_STREAM)
+def evaluate(model, client, info):
+    """AUC and logloss on the held-out data: the synthetic eval stream (with the oracle's AUC) or,
+    for Criteo, the first eval_samples lines of data.eval_path."""
+    samples = info["eval_samples"]
+    criteo = info["data_source"] == "criteo"
+    gen = Criteo(info["eval_path"]) if criteo else Synthetic(client, stream=EVAL_STREAM)
     probs, labels, oracle = [], [], []
     model.eval()
     with torch.no_grad():
         while sum(len(p) for p in probs) < samples:
             n = min(4096, samples - sum(len(p) for p in probs))
             dense, keys, y, o = gen.next(n)
+            if len(y) == 0:
+                break  # the eval file ended
             probs.append(torch.sigmoid(model(torch.from_numpy(dense), torch.from_numpy(keys.view(np.int64)))).numpy())
             labels.append(y)
-            oracle.append(o)
+            oracle.append(o if o is not None else np.zeros_like(y))
     p, y, o = np.concatenate(probs), np.concatenate(labels), np.concatenate(oracle)
     eps = 1e-7
     logloss = float(-np.mean(y * np.log(np.clip(p, eps, 1)) + (1 - y) * np.log(np.clip(1 - p, eps, 1))))
-    return auc(p, y), logloss, auc(o, y), len(p)
+    return auc(p, y), logloss, 0.0 if criteo else auc(o, y), len(p)
 
 
 def main():
@@ -125,11 +129,14 @@ def main():
     torch.set_num_threads(args.threads)
     client = osprey.connect(config=args.config)
     info = client.info
-    if info["model"] != "dlrm" or info["data_source"] != "synthetic":
-        raise SystemExit("train_dlrm.py: needs model.type dlrm and data.source synthetic")
+    if info["model"] != "dlrm" or info["data_source"] not in ("synthetic", "criteo"):
+        raise SystemExit("train_dlrm.py: needs model.type dlrm and data.source synthetic or criteo")
     model = Dlrm(client.table(info["sparse_table"]), info, info["seed"])
     opt = ot.DenseOptimizer(model.parameters(), client.table(info["dense_table"]))
-    gen = Synthetic(client, stream=client.rank)
+    if info["data_source"] == "criteo":  # worker r reads lines r, r + W, ... and wraps (epochs)
+        gen = Criteo(info["train_path"], shard=client.rank, num_shards=client.world_size, wrap=True)
+    else:
+        gen = Synthetic(client, stream=client.rank)
     steps, batch = args.steps or info["steps"], info["batch_size"]
     avg = None
     start = time.monotonic()
@@ -151,7 +158,7 @@ def main():
     result = {}
     if client.rank == 0 and info["eval_samples"] > 0:
         opt.refresh()
-        a, ll, oracle, n = evaluate(model, client, info["eval_samples"])
+        a, ll, oracle, n = evaluate(model, client, info)
         result = dict(auc=a, logloss=ll, oracle_auc=oracle, eval_samples=n)
         print(f"held-out: AUC {a:.4f} (oracle {oracle:.4f}), logloss {ll:.4f} on {n} samples", flush=True)
     client.report(steps=steps, samples=steps * batch, train_seconds=seconds, loss=avg, **result)

@@ -103,6 +103,39 @@ class Handle:
             self._client._abandon(self._ticket, self._keep)
 
 
+class _CheckpointHandle:
+    """A checkpoint in flight on a thread of its own (the C++ call releases the GIL)."""
+
+    def __init__(self, c, dir, timeout_ms):
+        import threading
+        self._dir = dir
+        self._rc = None
+        self._error = None
+
+        def run():
+            try:
+                self._rc = c.checkpoint(dir, timeout_ms)
+            except BaseException as e:  # noqa: B902 - handed to wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="osprey-checkpoint", daemon=True)
+        self._thread.start()
+
+    def done(self):
+        return not self._thread.is_alive()
+
+    def wait(self, timeout=None):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"osprey: checkpoint not complete after {timeout} s (still running; wait() again)")
+        if self._error is not None:
+            raise self._error
+        if self._rc != 0:
+            raise OspreyError(12, "Internal", "checkpoint failed on some server (`osprey checkpoint`'s "
+                              "messages above, on stderr, name it)")
+        return self._dir or None
+
+
 class Table:
     """A table of the job by name: sparse (rows of `dim` floats by u64 key) or dense (`size`
     floats). `clock` defaults to the client's clock (the step the worker is at)."""
@@ -233,8 +266,15 @@ class Client:
     def stats(self):
         return self._c.stats()
 
-    def checkpoint(self, *args, **kwargs):
-        raise NotImplementedError("osprey: checkpoint from Python is not implemented yet; use `osprey checkpoint`")
+    def checkpoint(self, dir=None, timeout=None):
+        """Has every live server of the job write its checkpoint (what `osprey checkpoint` does)
+        into `dir` (default: the job's checkpoint.dir) and returns a handle at once; its wait()
+        returns the directory or raises OspreyError. With bsp tables the checkpoint is a cut at
+        the next clock every server closes, so keep training (a worker that waits right away
+        would hold that clock back) and wait() later, e.g. after the next opt.step()."""
+        self._c.check_usable()
+        ms = int((timeout if timeout is not None else self.info["timeout_ms"] / 1000.0) * 1000)
+        return _CheckpointHandle(self._c, "" if dir is None else str(dir), ms)
 
     def close(self):
         self._reap(block=True)

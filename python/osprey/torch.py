@@ -52,6 +52,8 @@ class _Lookup:
     def finish(self):
         self.handle.wait()
         weight = torch.from_numpy(self.rows).requires_grad_(self.bag.training and torch.is_grad_enabled())
+        if self.offsets is None:  # one id per bag (2-D input of one column): a row gather
+            return _GatherRows.apply(weight, self)
         if weight.requires_grad:
             weight.register_hook(self._push)
         out = F.embedding_bag(torch.from_numpy(self.inverse), weight, self.offsets, mode=self.bag.mode,
@@ -62,8 +64,28 @@ class _Lookup:
         # The gradient of the leaf is [num distinct keys x dim]: each key's gradient summed over
         # its occurrences, as the servers expect. The push copies it before returning.
         g = grad.detach().contiguous().numpy()
-        self.bag._pending.append(self.bag.table.push(self.unique, g, clock=self.clock))
+        self.bag._pending.append(self.bag.table.push(self.unique, g, clock=self.bag.table.client.clock))
         return None
+
+
+class _GatherRows(torch.autograd.Function):
+    """rows[inverse] for bags of one id. Backward sums the gradient rows per distinct key
+    (osprey._C.scatter_add_rows: torch 1.13's embedding_bag / index_add_ backward cost ~1 ms a
+    step more on the default job) and pushes the sums; the leaf gets no .grad."""
+
+    @staticmethod
+    def forward(ctx, weight, lookup):
+        ctx.lookup = lookup
+        return weight.index_select(0, torch.from_numpy(lookup.inverse))
+
+    @staticmethod
+    def backward(ctx, grad):
+        lookup = ctx.lookup
+        sums = np.zeros(lookup.rows.shape, dtype=np.float32)
+        _C.scatter_add_rows(lookup.inverse, grad.detach().contiguous().numpy(), sums)
+        table = lookup.bag.table  # pushed at the step it was computed in (a prefetch pulled earlier)
+        lookup.bag._pending.append(table.push(lookup.unique, sums, clock=table.client.clock))
+        return None, None
 
 
 class EmbeddingBag(torch.nn.Module):
@@ -96,6 +118,7 @@ class EmbeddingBag(torch.nn.Module):
         self._pending = []
         self._prefetched = None
         self.prefetch_hits = 0  # forwards served by a prefetched pull
+        self.last_staleness = None  # clocks between the last prefetched pull and its use
         table.client._bags.append(self)  # DenseOptimizer.step() waits for their pushes
 
     def _prepare(self, input, offsets, per_sample_weights):
@@ -103,6 +126,8 @@ class EmbeddingBag(torch.nn.Module):
             if offsets is not None:
                 raise ValueError("osprey.torch.EmbeddingBag: offsets must be None for 2-D input")
             b, n = input.shape
+            if n == 1 and per_sample_weights is None:
+                return input.reshape(-1), None, None  # one id per bag: pooled = the row (sum or mean)
             offsets = torch.arange(0, b * n, n, dtype=torch.int64)
             if self.include_last_offset:
                 offsets = torch.cat([offsets, torch.tensor([b * n], dtype=torch.int64)])
@@ -123,27 +148,37 @@ class EmbeddingBag(torch.nn.Module):
         prepared = self._prepare(input, offsets, per_sample_weights)
         return self._take_prefetched(prepared) or _Lookup(self, *prepared)
 
-    def prefetch(self, input, offsets=None, per_sample_weights=None):
+    def prefetch(self, input, offsets=None, per_sample_weights=None, staleness=0):
         """Starts the pull of a later batch's rows now; the next forward() with equal input,
-        offsets and weights uses it instead of pulling. The pull is for the clock the client is at
-        when it is issued: pass it as DenseOptimizer.step(overlap=...) and it runs at the new
-        clock, concurrently with the dense pull (under bsp the rows are then bit-identical to no
-        prefetch; under async they are as fresh as a pull at that moment)."""
+        offsets and weights uses it instead of pulling, provided the client's clock then is at
+        most `staleness` clocks past the clock it was issued at (else it is dropped and the
+        forward pulls afresh: the rows a forward computes with are never older than that).
+
+        staleness=0: pass it as DenseOptimizer.step(overlap=...), so it is issued at the new
+        clock, concurrently with the dense pull: under bsp bit-identical to no prefetch.
+        staleness=k > 0 (async / ssp tables): issue it k steps ahead, e.g. right after the
+        forward of step t for the batch of step t+1, and the pull overlaps step t's compute;
+        the rows then miss at most k steps of updates."""
+        if staleness < 0:
+            raise ValueError(f"osprey.torch.EmbeddingBag.prefetch: staleness must be >= 0, got {staleness}")
         prepared = self._prepare(input, offsets, per_sample_weights)
-        self._prefetched = (prepared, _Lookup(self, *prepared))
+        self._prefetched = (prepared, _Lookup(self, *prepared), int(staleness))
 
     def _take_prefetched(self, prepared):
         if self._prefetched is None:
             return None
-        (ids, offs, psw), lookup = self._prefetched
+        (ids, offs, psw), lookup, staleness = self._prefetched
         self._prefetched = None
         same = (ids.shape == prepared[0].shape and torch.equal(ids, prepared[0]) and
-                offs.shape == prepared[1].shape and torch.equal(offs, prepared[1]) and
+                (offs is None) == (prepared[1] is None) and
+                (offs is None or (offs.shape == prepared[1].shape and torch.equal(offs, prepared[1]))) and
                 (psw is None) == (prepared[2] is None) and (psw is None or torch.equal(psw, prepared[2])))
-        if not same or lookup.clock != self.table.client.clock:
-            lookup.handle.wait()  # not what this forward needs (or pulled for another clock): drop it
+        age = self.table.client.clock - lookup.clock
+        if not same or not 0 <= age <= staleness:
+            lookup.handle.wait()  # not what this forward needs, or too old: drop it
             return None
         self.prefetch_hits += 1
+        self.last_staleness = age
         return lookup
 
     def forward(self, input, offsets=None, per_sample_weights=None):
@@ -234,12 +269,21 @@ class DenseOptimizer:
         self._load()
 
     def _load(self):
+        # The first time the parameters become views of the flat buffer the pulls write into, so
+        # later pulls need no copy (their values change only inside step() and refresh()).
+        if getattr(self, "_viewed", False):
+            return
         with torch.no_grad():
             at = 0
             for p in self.params:
                 n = p.numel()
-                p.copy_(self._flat_t[at:at + n].view_as(p))
+                if p.dtype == torch.float32 and p.device.type == "cpu":
+                    p.data = self._flat_t[at:at + n].view_as(p)
+                else:
+                    p.copy_(self._flat_t[at:at + n].view_as(p))
+                    self._copies = True
                 at += n
+        self._viewed = not getattr(self, "_copies", False)
 
     def zero_grad(self, set_to_none=True):
         for p in self.params:

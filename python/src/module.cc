@@ -19,7 +19,10 @@
 #include <vector>
 
 #include "python/src/job_client.h"
+#include "python/src/kernels.h"
+#include "tools/commands.h"
 #include "worker/data/batch.h"
+#include "worker/data/criteo.h"
 #include "worker/data/metrics.h"
 #include "worker/data/synthetic.h"
 
@@ -175,6 +178,40 @@ class SyntheticData {
   std::unique_ptr<data::SyntheticGenerator> gen_;
 };
 
+// A Criteo TSV file, one shard of its lines (worker/data/criteo.h: the C++ worker's reader and
+// preprocessing). next(n) gives up to n samples, 0 rows at the end of the file (no wrap-around:
+// the Python side reopens for another epoch).
+class CriteoData {
+ public:
+  CriteoData(const std::string& path, int shard, int num_shards) {
+    auto r = data::CriteoReader::Open(path, shard, num_shards);
+    Check(r.status());
+    reader_ = std::move(r).value();
+  }
+  // (dense [n, 13] f32, keys [n, 26] u64 FeatureKeys, labels [n]).
+  nb::tuple Next(int n) {
+    data::Batch b;
+    std::vector<uint64_t> keys;
+    Status s;
+    {
+      nb::gil_scoped_release unlocked;
+      s = reader_->Next(n, &b);
+      if (s.ok()) {
+        keys.resize(b.ids.size());
+        for (size_t j = 0; j < keys.size(); ++j) keys[j] = data::FeatureKey(static_cast<int>(j % b.num_sparse), b.ids[j]);
+      }
+    }
+    Check(s);
+    const size_t rows = b.size;
+    return nb::make_tuple(ToNumpy(std::move(b.dense), {rows, size_t(data::CriteoReader::kNumDense)}),
+                          ToNumpy(std::move(keys), {rows, size_t(data::CriteoReader::kNumSparse)}),
+                          ToNumpy(std::move(b.labels), {rows}));
+  }
+
+ private:
+  std::unique_ptr<data::CriteoReader> reader_;
+};
+
 nb::dict JobInfo(JobClient& jc) {
   const config::JobConfig& j = jc.job();
   nb::dict d;
@@ -196,6 +233,8 @@ nb::dict JobInfo(JobClient& jc) {
   d["log_every_steps"] = j.train.log_every_steps;
   d["timeout_ms"] = j.client.timeout_ms;
   d["data_source"] = j.data.source;
+  d["train_path"] = j.data.train_path;
+  d["eval_path"] = j.data.eval_path;
   return d;
 }
 
@@ -298,6 +337,18 @@ NB_MODULE(_C, m) {
              }
              Check(s);
            })
+      // `osprey checkpoint` of this job (tools/checkpoint_command.cc, the same code): every live
+      // server writes its file into `dir` ("" = checkpoint.dir); with bsp tables a cut at the next
+      // clock every server closes. Prints what `osprey checkpoint` prints; returns its exit code.
+      .def("checkpoint",
+           [](JobClient& jc, const std::string& dir, int timeout_ms) {
+             Check(jc.CheckUsable());
+             const config::JobConfig& j = jc.job();
+             const std::string keys = j.security.mode == config::SecurityMode::kCurve ? j.security.keys_dir : "";
+             nb::gil_scoped_release unlocked;
+             return tools::RunCheckpoint(j.cluster.coordinator, dir, timeout_ms, keys);
+           },
+           "dir"_a, "timeout_ms"_a)
       .def("set_progress", &JobClient::SetProgress)
       .def("report",
            [](JobClient& jc, int64_t steps, uint64_t samples, double seconds, double loss, double auc, double logloss,
@@ -331,8 +382,12 @@ NB_MODULE(_C, m) {
       .def_prop_ro("num_dense", &SyntheticData::num_dense)
       .def_prop_ro("num_sparse", &SyntheticData::num_sparse);
   m.attr("EVAL_STREAM") = data::SyntheticGenerator::kEvalStreamId;
+  nb::class_<CriteoData>(m, "CriteoData")
+      .def(nb::init<const std::string&, int, int>(), "path"_a, "shard"_a, "num_shards"_a)
+      .def("next", &CriteoData::Next, "n"_a);
 
   m.def("dedupe", &Dedupe, "keys"_a.noconvert());
+  AddKernels(m);
   m.def("auc", [](nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> scores,
                   nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> labels) {
     if (scores.shape(0) != labels.shape(0)) Raise(InvalidArgument("auc: scores and labels differ in length"));

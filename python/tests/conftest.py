@@ -56,18 +56,20 @@ class Job:
     """A coordinator and `servers` servers of a job whose config is written to a temp file."""
 
     def __init__(self, tmp, servers=2, workers=1, mode="async", timeout_ms=5000,
-                 sparse_opt="{type: sgd, lr: 0.1}", dense_opt="{type: sgd, lr: 0.1}", config_text=None):
+                 sparse_opt="{type: sgd, lr: 0.1}", dense_opt="{type: sgd, lr: 0.1}", config_text=None,
+                 restore=None, extra=""):
         self.coordinator = f"tcp://127.0.0.1:{free_port()}"
         self.config = os.path.join(tmp, "job.yaml")
         text = config_text or CONFIG.format(servers=servers, workers=workers, coordinator=self.coordinator,
                                             mode=mode, timeout_ms=timeout_ms, sparse_opt=sparse_opt,
-                                            dense_opt=dense_opt)
+                                            dense_opt=dense_opt) + extra
         with open(self.config, "w") as f:
             f.write(text)
         self.procs = {}
         self.logs = {}
         self.endpoints = {}  # server process name -> the endpoint it listens on
         self.tmp = tmp
+        self.restore = restore  # a checkpoint directory the servers start from (--restore)
         self._start("coordinator", "osprey-coordinator")
         for i in range(servers):
             self._start(f"server-{i}", "osprey-server")
@@ -81,6 +83,8 @@ class Job:
         else:
             self.endpoints[name] = f"tcp://127.0.0.1:{free_port()}"
             args += ["--listen", self.endpoints[name]]
+            if self.restore:
+                args += ["--restore", self.restore]
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 
     def connect(self, **kw):

@@ -23,8 +23,9 @@ def batches(case, rng):
     """(input, offsets, per_sample_weights) triples for one case; keys in [0, NUM_KEYS)."""
     out = []
     for _ in range(STEPS):
-        if case == "2d":
-            out.append((torch.from_numpy(rng.integers(0, NUM_KEYS, (6, 3))), None, None))
+        if case in ("2d", "2d_one"):  # 2d_one: one id per bag (the gather fast path), duplicates likely
+            shape = (6, 3) if case == "2d" else (30, 1)
+            out.append((torch.from_numpy(rng.integers(0, NUM_KEYS, shape)), None, None))
             continue
         n = 20
         ids = torch.from_numpy(rng.integers(0, NUM_KEYS, n))
@@ -42,6 +43,7 @@ def batches(case, rng):
 
 
 CASES = [("sum", "offsets", False), ("mean", "offsets", False), ("sum", "2d", False), ("mean", "2d", False),
+         ("sum", "2d_one", False), ("mean", "2d_one", False),
          ("sum", "include_last_offset", True), ("mean", "empty_bags", False), ("sum", "per_sample_weights", False),
          ("mean", "duplicates", False), ("sum", "duplicates", False)]
 
