@@ -209,6 +209,7 @@ Status RedisStore::CreateTable(const StoreTableSpec& spec) {
     }
   }
   MutexLock l(&mu_);
+  MutexLock tl(&tables_mu_);
   if (spec.id >= tables_.size()) tables_.resize(spec.id + 1);
   if (tables_[spec.id]) return Internal("table id " + std::to_string(spec.id) + " created twice");
   tables_[spec.id] = std::move(t);
@@ -216,6 +217,7 @@ Status RedisStore::CreateTable(const StoreTableSpec& spec) {
 }
 
 RedisStore::Table* RedisStore::any(uint32_t table) const {
+  MutexLock l(&tables_mu_);
   return table < tables_.size() ? tables_[table].get() : nullptr;
 }
 

@@ -110,7 +110,10 @@ class RedisStore : public Store {
   NativeStore dense_;  // dense tables, whole (written back chunk by chunk)
 
   mutable Mutex mu_;
-  std::vector<std::unique_ptr<Table>> tables_ GUARDED_BY(mu_);
+  // A leaf lock guarding only the vector (CreateTable adds to it; any() and the flush loops read
+  // it from the request thread and the flusher); the tables' contents are under mu_.
+  mutable Mutex tables_mu_ ACQUIRED_AFTER(mu_);
+  std::vector<std::unique_ptr<Table>> tables_ GUARDED_BY(tables_mu_);
   Mutex flush_mu_;  // one Flush at a time (the flusher's and Sync's)
   Mutex stop_mu_;
   CondVar stop_cv_;

@@ -22,7 +22,7 @@ void RedisStore::FlusherLoop() {
     }
     size_t n;
     {
-      MutexLock l(&mu_);
+      MutexLock l(&tables_mu_);
       n = tables_.size();
     }
     for (size_t t = 0; t < n; ++t) {
@@ -122,7 +122,7 @@ Status RedisStore::Sync(uint32_t table) {
 Status RedisStore::FlushAll() {
   size_t n;
   {
-    MutexLock l(&mu_);
+    MutexLock l(&tables_mu_);
     n = tables_.size();
   }
   Status first;
@@ -135,6 +135,7 @@ Status RedisStore::FlushAll() {
 
 uint64_t RedisStore::unflushed_rows() const {
   MutexLock l(&mu_);
+  MutexLock tl(&tables_mu_);
   uint64_t n = 0;
   for (const auto& t : tables_) {
     if (t) n += t->is_sparse ? t->cache->dirty() : t->dirty_chunks.size();

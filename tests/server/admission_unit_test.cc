@@ -191,7 +191,8 @@ TEST(NativeStoreEraseTest, RandomCreatesAndErasesMatchAModel) {
     return Status::OK();
   }).ok());
   EXPECT_EQ(seen, model);
-  for (const auto& [key, v] : model) {
+  for (const auto& entry : model) {
+    const uint64_t key = entry.first;  // a plain local: lambdas cannot capture a structured binding in C++17
     ASSERT_TRUE(store.VisitRows(0, &key, 1, RowAccess::kRead, [&](const RowBlock& b) {
       EXPECT_NE(b.rows[0], nullptr) << "key " << key;
       return Status::OK();
