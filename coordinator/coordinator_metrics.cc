@@ -11,6 +11,21 @@ namespace {
 
 const char* RoleLabel(proto::Role role) { return role == proto::ROLE_SERVER ? "server" : "worker"; }
 
+// One sample per worker node of the coordinator's state, labelled by rank, valued by `value`.
+template <typename ValueFn>
+std::vector<metrics::Sample> PerWorker(const Coordinator* coord, ValueFn value) {
+  std::vector<metrics::Sample> out;
+  const proto::ClusterState state = coord->State();  // the loop reads into it
+  for (const proto::NodeState& n : state.nodes()) {
+    if (n.role() != proto::ROLE_WORKER) continue;
+    metrics::Sample s;
+    s.labels = {{"rank", std::to_string(n.rank())}};
+    s.value = static_cast<double>(value(n));
+    out.push_back(s);
+  }
+  return out;
+}
+
 // The scrape callbacks' tracker: each scrape feeds it the live workers' sample counts.
 struct SharedTracker {
   explicit SharedTracker(double baseline) : tracker(baseline) {}
@@ -106,29 +121,11 @@ void ExportCoordinatorMetrics(const Coordinator* coord, metrics::Registry* regis
   });
   registry->AddCallback(Kind::kGauge, "osprey_coordinator_node_clock",
                         "A worker's step, from its heartbeats.", [coord] {
-    std::vector<Sample> out;
-    const proto::ClusterState state = coord->State();  // the loop reads into it
-    for (const proto::NodeState& n : state.nodes()) {
-      if (n.role() != proto::ROLE_WORKER) continue;
-      Sample s;
-      s.labels = {{"rank", std::to_string(n.rank())}};
-      s.value = static_cast<double>(n.clock());
-      out.push_back(s);
-    }
-    return out;
+    return PerWorker(coord, [](const proto::NodeState& n) { return n.clock(); });
   });
   registry->AddCallback(Kind::kCounter, "osprey_coordinator_node_samples_total",
                         "A worker's samples trained, from its heartbeats.", [coord] {
-    std::vector<Sample> out;
-    const proto::ClusterState state = coord->State();  // the loop reads into it
-    for (const proto::NodeState& n : state.nodes()) {
-      if (n.role() != proto::ROLE_WORKER) continue;
-      Sample s;
-      s.labels = {{"rank", std::to_string(n.rank())}};
-      s.value = static_cast<double>(n.samples());
-      out.push_back(s);
-    }
-    return out;
+    return PerWorker(coord, [](const proto::NodeState& n) { return n.samples(); });
   });
 }
 
