@@ -4,14 +4,17 @@
 //
 //   osprey bench dlrm [--config configs/bench-dlrm-kaggle.yaml] [--batches 2048,16384]
 //                     [--cache 1.0,0.1] [--gpus 1] [--steps 1000] [--runs 3] [--servers 8]
-//                     [--reference bench/reference/dlrm_torch.py] [--json PATH] [--set k=v]...
+//                     [--reference bench/reference/dlrm_torch.py] [--ref-tables per-feature,fused]
+//                     [--json PATH] [--set k=v]...
 //
 // Every case (gpus x batch x cache fraction) runs `osprey launch CONFIG` `--runs` times as a real
 // cluster (coordinator, servers, one osprey-worker per GPU) and reads its --report-json. The
 // table shows the median samples/s over the runs, and the step-time breakdown, cache hit rate and
 // bytes per sample of the median run. Cache fraction 0 means no reuse across steps (every step
-// pulls every row it uses). The reference runs once per batch size (it times several windows
-// itself and reports their median); when python3 or torch is missing it is reported as skipped.
+// pulls every row it uses). The reference runs once per batch size and table layout (--ref-tables:
+// one nn.EmbeddingBag per feature, and one fused table holding every feature's rows, the faster
+// PyTorch layout; it times several windows itself and reports their median); the table shows
+// Osprey against each. When python3 or torch is missing it is reported as skipped.
 //
 // Exit status: 0 when every case ran, 1 when a case failed (its log directory is printed), 2 for
 // bad flags.
@@ -120,7 +123,7 @@ std::string Num(double v, const char* fmt) {
 int main(int argc, char** argv) {
   CLI::App app{"osprey bench dlrm: GPU DLRM training through Osprey vs an all-on-GPU PyTorch reference"};
   std::string config = "configs/bench-dlrm-kaggle.yaml";
-  std::string batches = "2048,16384", caches = "1.0,0.1", gpus = "1";
+  std::string batches = "2048,16384", caches = "1.0,0.1", gpus = "1", ref_tables = "per-feature,fused";
   int steps = 1000, runs = 3, servers = 8;
   std::string reference = "bench/reference/dlrm_torch.py", json_path, bin_dir, work_dir = "/tmp/osprey-bench-dlrm";
   std::vector<std::string> sets;
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per case (median reported)")->check(CLI::Range(1, 100));
   app.add_option("--servers", servers, "server processes")->check(CLI::Range(1, 256));
   app.add_option("--reference", reference, "PyTorch reference script ('' to skip)");
+  app.add_option("--ref-tables", ref_tables, "comma-separated table layouts of the reference (per-feature, fused)");
   app.add_option("--json", json_path, "write the results as JSON records here");
   app.add_option("--bin-dir", bin_dir, "where osprey and its binaries are (default: next to this one)");
   app.add_option("--work-dir", work_dir, "logs and reports of every run go under here");
@@ -161,28 +165,43 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "osprey bench dlrm: --batches, --gpus and --cache need at least one value\n");
     return 2;
   }
+  const std::vector<std::string> layouts = Split(ref_tables);
+  for (const auto& l : layouts) {
+    if (l != "per-feature" && l != "fused") {
+      std::fprintf(stderr, "osprey bench dlrm: --ref-tables: '%s' is neither per-feature nor fused\n", l.c_str());
+      return 2;
+    }
+  }
   RunProcess({"mkdir", "-p", work_dir}, "/dev/null");
 
-  // The reference, once per batch size.
-  std::map<int, double> ref;
-  std::map<int, std::string> ref_note;
-  for (int b : batch_list) {
-    if (reference.empty() || access(reference.c_str(), R_OK) != 0) {
-      ref_note[b] = reference.empty() ? "skipped" : "no script";
-      continue;
+  // The reference, once per (table layout, batch size).
+  std::map<std::pair<std::string, int>, double> ref;
+  std::map<std::pair<std::string, int>, std::string> ref_note;
+  for (const auto& layout : layouts) {
+    for (int b : batch_list) {
+      const auto key = std::make_pair(layout, b);
+      if (reference.empty() || access(reference.c_str(), R_OK) != 0) {
+        ref_note[key] = reference.empty() ? "skipped" : "no script";
+        continue;
+      }
+      const std::string base = work_dir + "/reference-" + layout + "-" + std::to_string(b);
+      const std::string out = base + ".json", log = base + ".log";
+      std::remove(out.c_str());
+      std::fprintf(stderr, "reference: %s tables, batch %d ...\n", layout.c_str(), b);
+      int rc = RunProcess({"python3", reference, "--batch", std::to_string(b), "--tables", layout, "--json", out}, log);
+      double v = JsonNumber(ReadFile(out), "samples_per_sec");
+      if (rc != 0 || !std::isfinite(v)) {
+        ref_note[key] = "failed (see " + log + ")";
+        continue;
+      }
+      ref[key] = v;
     }
-    std::string out = work_dir + "/reference-" + std::to_string(b) + ".json";
-    std::string log = work_dir + "/reference-" + std::to_string(b) + ".log";
-    std::remove(out.c_str());
-    std::fprintf(stderr, "reference: batch %d ...\n", b);
-    int rc = RunProcess({"python3", reference, "--batch", std::to_string(b), "--json", out}, log);
-    double v = JsonNumber(ReadFile(out), "samples_per_sec");
-    if (rc != 0 || !std::isfinite(v)) {
-      ref_note[b] = "failed (see " + log + ")";
-      continue;
-    }
-    ref[b] = v;
   }
+  // Osprey's samples/s against the reference of `layout` at `batch`, as "123%", or "n/a".
+  auto vs_ref = [&](const std::string& layout, int batch, double v) {
+    auto it = ref.find({layout, batch});
+    return it == ref.end() ? std::string("n/a") : Num(100 * v / it->second, "%.0f%%");
+  };
 
   std::vector<CaseResult> results;
   bool all_ok = true;
@@ -236,12 +255,15 @@ int main(int argc, char** argv) {
   // The table.
   std::printf("\nosprey bench dlrm: %s, %d steps per run, median of %d runs, %d servers\n", config.c_str(), steps,
               runs, servers);
-  std::printf("%-5s %-6s %-6s %12s %9s %8s %8s %8s %8s %8s %9s %s\n", "gpus", "batch", "cache", "samples/s",
-              "vs ref", "wait%", "compute%", "push%", "nccl%", "hit%", "B/sample", "device");
-  for (const auto& [b, v] : ref) {
-    std::printf("%-5s %-6d %-6s %12.0f %9s   PyTorch reference, all tables on the GPU\n", "ref", b, "all", v, "100%");
+  std::printf("%-5s %-6s %-6s %12s %9s %9s %8s %8s %8s %8s %8s %9s %s\n", "gpus", "batch", "cache", "samples/s",
+              "vs fused", "vs perfeat", "wait%", "compute%", "push%", "nccl%", "hit%", "B/sample", "device");
+  for (const auto& [key, v] : ref) {
+    std::printf("%-5s %-6d %-6s %12.0f   PyTorch reference, all tables on the GPU, %s tables\n", "ref", key.second,
+                "all", v, key.first.c_str());
   }
-  for (const auto& [b, note] : ref_note) std::printf("%-5s %-6d reference %s\n", "ref", b, note.c_str());
+  for (const auto& [key, note] : ref_note) {
+    std::printf("%-5s %-6d reference (%s tables) %s\n", "ref", key.second, key.first.c_str(), note.c_str());
+  }
   std::string records;
   for (const auto& r : results) {
     if (!r.ok) {
@@ -254,9 +276,8 @@ int main(int argc, char** argv) {
     double push = JsonNumber(j, "time_push"), nccl = JsonNumber(j, "time_nccl");
     double total = wait + comp + push + nccl;
     auto pct = [&](double v) { return total > 0 ? Num(100 * v / total, "%.0f") : std::string("n/a"); };
-    double vs = ref.count(r.batch) ? med / ref[r.batch] : std::nan("");
-    std::printf("%-5d %-6d %-6g %12.0f %9s %8s %8s %8s %8s %8s %9s %s\n", r.gpus, r.batch, r.cache, med,
-                Num(100 * vs, "%.0f%%").c_str(), pct(wait).c_str(), pct(comp).c_str(), pct(push).c_str(),
+    std::printf("%-5d %-6d %-6g %12.0f %9s %9s %8s %8s %8s %8s %8s %9s %s\n", r.gpus, r.batch, r.cache, med,
+                vs_ref("fused", r.batch, med).c_str(), vs_ref("per-feature", r.batch, med).c_str(), pct(wait).c_str(), pct(comp).c_str(), pct(push).c_str(),
                 pct(nccl).c_str(), Num(100 * JsonNumber(j, "cache_hit_rate"), "%.1f").c_str(),
                 Num(JsonNumber(j, "bytes_per_sample"), "%.0f").c_str(), JsonString(j, "device").c_str());
     std::string runs_list;
@@ -265,11 +286,14 @@ int main(int argc, char** argv) {
     std::snprintf(rec, sizeof(rec),
                   "  {\"case\": \"osprey\", \"gpus\": %d, \"batch\": %d, \"cache_fraction\": %g, "
                   "\"samples_per_sec\": %s, \"runs\": [%s], \"reference_samples_per_sec\": %s, "
+                  "\"fused_reference_samples_per_sec\": %s, "
                   "\"time_wait_input\": %s, \"time_compute\": %s, \"time_push\": %s, \"time_nccl\": %s, "
                   "\"prefetch_read\": %s, \"prefetch_dedupe\": %s, \"prefetch_cache\": %s, \"prefetch_pull\": %s, "
                   "\"cache_hit_rate\": %s, \"bytes_per_sample\": %s, \"device\": \"%s\"}",
                   r.gpus, r.batch, r.cache, Num(med, "%.0f").c_str(), runs_list.c_str(),
-                  ref.count(r.batch) ? Num(ref[r.batch], "%.0f").c_str() : "null", Num(wait, "%.3f").c_str(),
+                  ref.count({"per-feature", r.batch}) ? Num(ref[{"per-feature", r.batch}], "%.0f").c_str() : "null",
+                  ref.count({"fused", r.batch}) ? Num(ref[{"fused", r.batch}], "%.0f").c_str() : "null",
+                  Num(wait, "%.3f").c_str(),
                   Num(comp, "%.3f").c_str(), Num(push, "%.3f").c_str(), Num(nccl, "%.3f").c_str(),
                   Num(JsonNumber(j, "prefetch_read"), "%.3f").c_str(),
                   Num(JsonNumber(j, "prefetch_dedupe"), "%.3f").c_str(),
@@ -279,9 +303,11 @@ int main(int argc, char** argv) {
                   Num(JsonNumber(j, "bytes_per_sample"), "%.1f").c_str(), JsonString(j, "device").c_str());
     records += (records.empty() ? "" : ",\n") + std::string(rec);
   }
-  for (const auto& [b, v] : ref) {
+  for (const auto& [key, v] : ref) {
     char rec[256];
-    std::snprintf(rec, sizeof(rec), "  {\"case\": \"torch_reference\", \"batch\": %d, \"samples_per_sec\": %.0f}", b, v);
+    std::snprintf(rec, sizeof(rec),
+                  "  {\"case\": \"torch_reference\", \"tables\": \"%s\", \"batch\": %d, \"samples_per_sec\": %.0f}",
+                  key.first.c_str(), key.second, v);
     records += (records.empty() ? "" : ",\n") + std::string(rec);
   }
   if (!json_path.empty()) {
