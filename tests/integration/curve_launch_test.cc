@@ -28,31 +28,13 @@ namespace osprey {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::BinDir;
 using testing::ReadFile;
-using testing::SourceDir;
 
 pid_t StartLaunch(const std::string& config, const std::string& base, const std::string& steps) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    const std::string out = base + "/launch.out";
-    std::freopen(out.c_str(), "w", stderr);
-    std::freopen(out.c_str(), "a", stdout);
-    execl((BinDir() + "/osprey").c_str(), "osprey", "launch",
-          (SourceDir() + "/configs/" + config).c_str(), "--quiet", "--set",
-          ("train.steps=" + steps).c_str(), "--set", ("checkpoint.dir=" + base + "/ckpt").c_str(),
-          "--log-dir", (base + "/logs").c_str(), "--report-json", (base + "/report.json").c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
+  return testing::StartLaunch(config, base, {"--set", "train.steps=" + steps, "--set", "checkpoint.dir=" + base + "/ckpt"});
 }
 
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int WaitExit(pid_t pid) { return testing::WaitLaunch(pid); }
 
 StatusOr<std::unique_ptr<coordinator::RpcClient>> Dial(const std::string& keys, PeerRole as,
                                                        PeerRole dials, const std::string& to) {

@@ -2,7 +2,6 @@
 // redis-server the launcher starts) and configs/local-redis-cluster.yaml (a 3-master Redis
 // Cluster the launcher starts) train the default job to the AUC of configs/local.yaml (the native
 // store), within 0.002; the launcher stops its Redis with the job.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,25 +16,10 @@ namespace osprey {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::BinDir;
 using testing::ReadFile;
-using testing::SourceDir;
 
-int Launch(const std::string& config, const std::string& base, const std::string& steps) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    const std::string out = base + "/launch.out";
-    std::freopen(out.c_str(), "w", stderr);
-    std::freopen(out.c_str(), "a", stdout);
-    execl((BinDir() + "/osprey").c_str(), "osprey", "launch",
-          (SourceDir() + "/configs/" + config).c_str(), "--quiet", "--set",
-          ("train.steps=" + steps).c_str(), "--log-dir", (base + "/logs").c_str(),
-          "--report-json", (base + "/report.json").c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+int Launch(const std::string& config, const std::string& dir, const std::string& steps) {
+  return testing::WaitLaunch(testing::StartLaunch(config, dir, {"--set", "train.steps=" + steps}));
 }
 
 TEST(RedisLaunchTest, RedisStoresTrainToTheNativeAuc) {

@@ -6,7 +6,6 @@
 // row a server created must be in Redis exactly once (the servers' own row counts, logged at
 // stop, equal what `osprey redis-inspect` counts in the cluster), and the AUC must match the
 // native store's on the same job.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -24,22 +23,16 @@
 namespace osprey {
 namespace {
 
-using tools::testing::Proc;
 using tools::testing::ProcessGone;
-using tools::testing::Spawn;
 using tools::testing::TempDir;
-using tools::testing::WaitExit;
 using testing::BinDir;
 using testing::ReadFile;
 using testing::SourceDir;
 
 constexpr char kSteps[] = "1500";
 
-std::vector<std::string> LaunchArgs(const std::string& config, const std::string& dir,
-                                    const std::vector<std::string>& sets) {
-  std::vector<std::string> a = {BinDir() + "/osprey", "launch", SourceDir() + "/configs/" + config,
-                                "--quiet", "--log-dir", dir + "/logs", "--report-json",
-                                dir + "/report.json", "--set", std::string("train.steps=") + kSteps};
+std::vector<std::string> LaunchArgs(const std::vector<std::string>& sets) {
+  std::vector<std::string> a = {"--set", std::string("train.steps=") + kSteps};
   for (const auto& s : sets) a.insert(a.end(), {"--set", s});
   return a;
 }
@@ -93,24 +86,23 @@ TEST(RedisReshardLaunchTest, ReshardDuringTrainingLosesAndDoublesNoRow) {
   const std::vector<std::string> redis_sets = {"store.redis.local=none", "store.redis.endpoints=" + endpoints};
 
   TempDir dir;
-  Proc job = Spawn(LaunchArgs("local-redis-cluster.yaml", dir.path(), redis_sets), dir.path());
-  ASSERT_GT(job.pid, 0);
+  const pid_t job = testing::StartLaunch("local-redis-cluster.yaml", dir.path(), LaunchArgs(redis_sets));
+  ASSERT_GT(job, 0);
+  const std::string job_out = dir.path() + "/launch.out";
   // Training has written rows (the tables' meta keys alone are a handful).
-  ASSERT_TRUE(testing::WaitUntil([&] { return KeysInCluster(c) > 20 || ProcessGone(job.pid); },
+  ASSERT_TRUE(testing::WaitUntil([&] { return KeysInCluster(c) > 20 || ProcessGone(job); },
                                  std::chrono::seconds(120)));
-  ASSERT_FALSE(ProcessGone(job.pid)) << ReadFile(job.err_path);
+  ASSERT_FALSE(ProcessGone(job)) << ReadFile(job_out);
 
   // The reshard, as an operator runs it: 5500 slots (a third of the cluster) from node 0 to 1.
   const std::string cmd = "redis-cli --cluster reshard 127.0.0.1:" + std::to_string(c.node(0).port()) +
                           " --cluster-from " + c.NodeId(0) + " --cluster-to " + c.NodeId(1) +
                           " --cluster-slots 5500 --cluster-yes > " + dir.path() + "/reshard.log 2>&1";
   ASSERT_EQ(testing::RunCommand(cmd), 0) << ReadFile(dir.path() + "/reshard.log");
-  const bool trained_through_reshard = !ProcessGone(job.pid);
+  const bool trained_through_reshard = !ProcessGone(job);
   ASSERT_TRUE(testing::WaitUntil([&] { return c.Agreed(); }, std::chrono::seconds(20)));
 
-  std::optional<int> st = WaitExit(job.pid, std::chrono::minutes(8));
-  ASSERT_TRUE(st.has_value()) << "the job did not finish";
-  ASSERT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << ReadFile(job.err_path);
+  ASSERT_EQ(testing::WaitLaunch(job, std::chrono::minutes(8)), 0) << ReadFile(job_out);
   EXPECT_TRUE(trained_through_reshard) << "the job ended before the reshard did; raise train.steps";
 
   const StopLine stop = ReadStopLines(dir.path() + "/logs", 2);
@@ -130,9 +122,9 @@ TEST(RedisReshardLaunchTest, ReshardDuringTrainingLosesAndDoublesNoRow) {
 
   // And the model trained as the native store trains it.
   TempDir native_dir;
-  Proc native = Spawn(LaunchArgs("local.yaml", native_dir.path(), {}), native_dir.path());
-  std::optional<int> nst = WaitExit(native.pid, std::chrono::minutes(5));
-  ASSERT_TRUE(nst.has_value() && WIFEXITED(*nst) && WEXITSTATUS(*nst) == 0) << ReadFile(native.err_path);
+  ASSERT_EQ(testing::WaitLaunch(testing::StartLaunch("local.yaml", native_dir.path(), LaunchArgs({})),
+                                std::chrono::minutes(5)), 0)
+      << ReadFile(native_dir.path() + "/launch.out");
   const double auc = testing::JsonNumber(ReadFile(dir.path() + "/report.json"), "auc");
   const double native_auc = testing::JsonNumber(ReadFile(native_dir.path() + "/report.json"), "auc");
   std::printf("reshard: %lld MOVED, %lld ASK; %lld rows; AUC %.4f (native %.4f)\n", stop.moved, stop.asks,

@@ -1,16 +1,21 @@
 // Helpers of the tests that run real binaries (`osprey launch ...`) and read what they wrote:
 // where the binaries and the source tree are (ctest sets OSPREY_BIN_DIR and OSPREY_SOURCE_DIR),
-// running a shell command, reading a file, and reading values out of our flat JSON reports.
+// running a shell command, starting `osprey launch` and waiting (bounded) for it, reading a file,
+// and reading values out of our flat JSON reports.
 #pragma once
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/testing/test_env.h"  // BinDir, SourceDir, ReadFile
@@ -21,6 +26,43 @@ namespace osprey::testing {
 inline int RunCommand(const std::string& cmd) {
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Starts `osprey launch SOURCE/configs/CONFIG --quiet --log-dir DIR/logs --report-json
+// DIR/report.json ARGS...` (the binaries of BinDir()) with its stdout and stderr both in
+// DIR/launch.out, and returns at once: the launcher's pid (-1 when fork failed).
+inline pid_t StartLaunch(const std::string& config, const std::string& dir,
+                         const std::vector<std::string>& args = {}) {
+  std::vector<std::string> argv = {BinDir() + "/osprey", "launch", SourceDir() + "/configs/" + config,
+                                   "--quiet", "--log-dir", dir + "/logs", "--report-json", dir + "/report.json"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string out = dir + "/launch.out";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> c;
+    for (std::string& a : argv) c.push_back(a.data());
+    c.push_back(nullptr);
+    if (!std::freopen(out.c_str(), "w", stderr) || !std::freopen(out.c_str(), "a", stdout)) ::_exit(126);
+    ::execv(c[0], c.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The exit code of `pid` once it exits; -1 when it died of a signal, or when it did not exit within
+// `timeout` (it is then killed with SIGKILL and reaped).
+inline int WaitLaunch(pid_t pid, std::chrono::seconds timeout = std::chrono::seconds(600)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 // The number after "key": in a flat JSON object; NaN when missing (or null).
