@@ -20,6 +20,7 @@ void ParseStore(YamlFields& f, StoreConfig* s) {
                {"write_back", WritePolicy::kWriteBack}});
     r.Get("flush_interval_ms", &c.flush_interval_ms, 1, 3600000);
     r.Get("cache_rows", &c.cache_rows, 0, uint64_t{1} << 40);
+    r.Get("cache_bytes", &c.cache_bytes, 0, uint64_t{1} << 50);
     r.GetEnum("cache_policy", &c.cache_policy,
               {{"lru", CachePolicy::kLru}, {"lfu", CachePolicy::kLfu}});
     r.Get("user", &c.user);
@@ -39,6 +40,8 @@ void ParseStore(YamlFields& f, StoreConfig* s) {
       r.Fail("key_prefix", "is empty (jobs sharing a Redis need distinct prefixes)");
     } else if (c.key_prefix.find_first_of("{}: \t\r\n") != std::string::npos) {
       r.Fail("key_prefix", "'" + c.key_prefix + "' contains one of '{', '}', ':' or whitespace");
+    } else if (c.cache_rows != 0 && c.cache_bytes != 0) {
+      r.Fail("cache_bytes", "is set together with cache_rows (size the cache in one of them)");
     } else if (!c.password.empty() && !c.password_file.empty()) {
       r.Fail("password_file", "is set together with password (give one)");
     } else if (c.local == LocalRedis::kCluster && !c.cluster) {

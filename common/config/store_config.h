@@ -10,6 +10,8 @@
 //                                    # | write_back (flushed every flush_interval_ms)
 //       flush_interval_ms: 100
 //       cache_rows: 0             # hot-row cache in the server, in rows (0: no cache)
+//       cache_bytes: 0            # or in bytes per table (rows + optimizer state + the cache's
+//                                 # own bookkeeping); give one of the two
 //       cache_policy: lru         # lru | lfu
 //       user: ""                  # ACL user ("" = default)
 //       password: ""              # AUTH; or password_file: a file holding it
@@ -46,6 +48,7 @@ struct RedisStoreConfig {
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   int flush_interval_ms = 100;
   uint64_t cache_rows = 0;
+  uint64_t cache_bytes = 0;  // when > 0, each sparse table's cache holds what fits in it
   CachePolicy cache_policy = CachePolicy::kLru;
   std::string user;
   std::string password;

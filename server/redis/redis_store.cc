@@ -41,12 +41,14 @@ std::string redis_store::SpecString(const StoreTableSpec& spec) {
 
 StatusOr<std::unique_ptr<RedisStore>> RedisStore::Connect(const config::RedisStoreConfig& config) {
   if (config.merge == config::MergeSide::kRedis &&
-      (config.write_policy != config::WritePolicy::kWriteThrough || config.cache_rows != 0)) {
+      (config.write_policy != config::WritePolicy::kWriteThrough || config.cache_rows != 0 ||
+       config.cache_bytes != 0)) {
     return InvalidArgument("store.redis.merge: redis applies every window in Redis, so it needs "
-                           "write_policy: write_through and cache_rows: 0 (this config has " +
+                           "write_policy: write_through and no cache (cache_rows and cache_bytes 0; this config has " +
                            std::string(config.write_policy == config::WritePolicy::kWriteBack
                                            ? "write_back" : "write_through") +
-                           ", cache_rows " + std::to_string(config.cache_rows) + ")");
+                           ", cache_rows " + std::to_string(config.cache_rows) + ", cache_bytes " +
+                           std::to_string(config.cache_bytes) + ")");
   }
   OSPREY_ASSIGN_OR_RETURN(std::vector<redis::Endpoint> seeds,
                           redis::ParseEndpoints(config.endpoints));
@@ -169,7 +171,14 @@ Status RedisStore::CreateTable(const StoreTableSpec& spec) {
     t->row_floats = spec.config.dim + spec.state.floats(spec.config.dim);
     t->initializer = std::make_unique<SparseTable>(spec.id, spec.config.dim, spec.config.init,
                                                    spec.state);
-    t->cache = std::make_unique<RowCache>(t->row_floats, config_.cache_rows, config_.cache_policy);
+    const uint64_t capacity = config_.cache_bytes > 0
+                                  ? config_.cache_bytes / RowCache::BytesPerRow(t->row_floats)
+                                  : config_.cache_rows;
+    if (config_.cache_bytes > 0) {
+      OSPREY_LOG_INFO("redis store: table '{}' caches up to {} rows (cache_bytes {} / ~{} bytes a row)",
+                      spec.config.name, capacity, config_.cache_bytes, RowCache::BytesPerRow(t->row_floats));
+    }
+    t->cache = std::make_unique<RowCache>(t->row_floats, capacity, config_.cache_policy);
     const config::OptimizerConfig& opt = spec.config.optimizer;
     if (config_.merge == config::MergeSide::kRedis &&
         (!(opt.type == config::OptimizerType::kSgd || opt.type == config::OptimizerType::kAdagrad) ||

@@ -77,6 +77,10 @@ class RedisStore : public Store {
   size_t RecordFloats(uint32_t table, uint64_t key) const override;
   size_t ChunkFloats(uint32_t table, uint64_t chunk) const override;
   uint64_t num_rows(uint32_t table) const override;
+  // The most clean rows sparse `table`'s hot-row cache keeps (cache_rows, or what cache_bytes
+  // holds), and the rows it holds now (dirty ones included); 0 for other tables.
+  uint64_t cache_capacity(uint32_t table) const;
+  uint64_t cached_rows(uint32_t table) const;
 
   // Writes every dirty row and chunk of every table now (write_back: what Stop does).
   Status FlushAll();

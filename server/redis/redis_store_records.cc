@@ -88,6 +88,18 @@ uint64_t RedisStore::num_rows(uint32_t table) const {
   return t == nullptr ? 0 : t->redis_rows;
 }
 
+uint64_t RedisStore::cache_capacity(uint32_t table) const {
+  MutexLock l(&mu_);
+  Table* t = sparse(table);
+  return t == nullptr ? 0 : t->cache->capacity();
+}
+
+uint64_t RedisStore::cached_rows(uint32_t table) const {
+  MutexLock l(&mu_);
+  Table* t = sparse(table);
+  return t == nullptr ? 0 : t->cache->size();
+}
+
 StatusOr<std::unique_ptr<Store>> MakeConfiguredStore(const config::StoreConfig& config) {
   if (config.type == config::StoreType::kNative) return MakeStore("native");
   OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<RedisStore> s, RedisStore::Connect(config.redis));

@@ -36,7 +36,15 @@ class RowCache {
     rows_.reserve(static_cast<size_t>(std::min<uint64_t>(capacity, 1u << 20)));
   }
 
+  // What one cached row of `row_floats` floats costs in memory, estimated: its record, the map
+  // node holding its key and bookkeeping, a bucket pointer and two allocator headers. A cache
+  // given a budget in bytes (store.redis.cache_bytes) holds budget / BytesPerRow rows.
+  static constexpr uint64_t BytesPerRow(size_t row_floats) {
+    return row_floats * sizeof(float) + sizeof(std::pair<const uint64_t, Row>) + 2 * sizeof(void*) + 2 * 16;
+  }
+
   size_t row_floats() const { return row_floats_; }
+  uint64_t capacity() const { return capacity_; }
   size_t size() const { return rows_.size(); }
   size_t dirty() const { return dirty_count_; }
 

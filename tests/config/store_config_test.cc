@@ -83,6 +83,11 @@ TEST(StoreConfigTest, BadValuesNameTheKey) {
   ExpectError("store:\n  type: redis\n  redis:\n    password: a\n    password_file: /x\n",
               "store.redis.password_file");
   ExpectError("store:\n  type: redis\n  redis:\n    cache_policy: fifo\n", "store.redis.cache_policy");
+  ExpectError("store:\n  type: redis\n  redis:\n    cache_rows: 10\n    cache_bytes: 1000000\n",
+              "store.redis.cache_bytes");
+  auto bytes = Parse("store:\n  type: redis\n  redis:\n    cache_bytes: 1000000\n");
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(bytes->store.redis.cache_bytes, 1000000u);
   ExpectError("store:\n  type: redis\n  redis:\n    frobnicate: 1\n", "store.redis.frobnicate");
 }
 

@@ -262,6 +262,29 @@ TEST(RedisStoreTest, WriteBackLossIsBoundedAndCounted) {
   EXPECT_EQ(b->num_rows(0), 0u);  // the 3 unflushed rows are what was lost
 }
 
+// cache_bytes sizes each sparse table's cache by memory: a budget of 100 rows' worth keeps about
+// 100 rows however many pass through (eviction runs in batches once 1/8 over, at least 64 rows).
+TEST(RedisStoreTest, CacheBytesBoundsTheCachedRows) {
+  Backend be = StartBackend(false);
+  config::RedisStoreConfig rc = be.Config();
+  auto u = *Updater::Make(Sparse(16, "adagrad").optimizer);
+  const size_t row_floats = 16 + 16;  // adagrad: weights and accumulator
+  rc.cache_bytes = 100 * redis_store::RowCache::BytesPerRow(row_floats);
+  std::unique_ptr<RedisStore> a = Open(rc);
+  ASSERT_TRUE(a->CreateTable(Spec(0, Sparse(16, "adagrad"), *u)).ok());
+  EXPECT_EQ(a->cache_capacity(0), 100u);
+  std::vector<float> g(16 * 100, 0.5f);
+  for (uint64_t round = 0; round < 10; ++round) {
+    std::vector<uint64_t> keys(100);
+    for (uint64_t i = 0; i < 100; ++i) keys[i] = round * 100 + i;
+    ASSERT_TRUE(u->ApplyRows(a.get(), 0, keys.data(), keys.size(), 16, g.data(), RowUpdate{}).ok());
+    ASSERT_TRUE(a->Sync(0).ok());
+    EXPECT_LE(a->cached_rows(0), 100u + 100u + 64u) << "round " << round;
+  }
+  EXPECT_EQ(a->num_rows(0), 1000u);
+  EXPECT_GE(a->cached_rows(0), 1u);
+}
+
 TEST(RedisStoreTest, RedisDownAtStartNamesTheEndpoint) {
   config::RedisStoreConfig rc;
   int port = testing::FreePort();
