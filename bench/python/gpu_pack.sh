@@ -116,6 +116,9 @@ site=$("$venv_py" -c 'import pytest, os; print(os.path.dirname(os.path.dirname(p
 for m in pytest _pytest pluggy iniconfig packaging pygments py.py; do
   if [ -e "$site/$m" ]; then cp -a "$site/$m" "$kit/site/"; fi
 done
+for d in pytest pluggy iniconfig packaging pygments; do  # their metadata: pytest reads pluggy's
+  cp -a "$site/$d"-*.dist-info "$kit/site/"
+done
 find "$kit/site" -name __pycache__ -prune -exec rm -rf {} +
 tar -C "$kit" -czf "$kit/site.tar.gz" site && rm -rf "$kit/site"  # pygments is 5 MB unpacked
 
