@@ -198,7 +198,7 @@ class EmbeddingBag(torch.nn.Module):
         """Issues the pull of this batch's rows now and returns a lookup; lookup.finish() is the
         forward's result (a prefetched pull of the same input is used)."""
         prepared = self._prepare(input, offsets, per_sample_weights)
-        return self._take_prefetched(prepared) or _Lookup(self, *prepared)
+        return self._take_prefetched((input, offsets, per_sample_weights)) or _Lookup(self, *prepared)
 
     def prefetch(self, input, offsets=None, per_sample_weights=None, staleness=0):
         """Starts the pull of a later batch's rows now; the next forward() with equal input,
@@ -214,14 +214,15 @@ class EmbeddingBag(torch.nn.Module):
         if staleness < 0:
             raise ValueError(f"osprey.torch.EmbeddingBag.prefetch: staleness must be >= 0, got {staleness}")
         prepared = self._prepare(input, offsets, per_sample_weights)
-        self._prefetched = (prepared, _Lookup(self, *prepared), int(staleness))
+        # Matched on the arguments as given (the offsets a 2-D input implies are made anew each time).
+        self._prefetched = ((input, offsets, per_sample_weights), _Lookup(self, *prepared), int(staleness))
 
-    def _take_prefetched(self, prepared):
+    def _take_prefetched(self, args):
         if self._prefetched is None:
             return None
         (ids, offs, psw), lookup, staleness = self._prefetched
         self._prefetched = None
-        same = all(_same_tensor(a, b) for a, b in zip((ids, offs, psw), prepared))
+        same = all(_same_tensor(a, b) for a, b in zip((ids, offs, psw), args))
         age = self.table.client.clock - lookup.clock
         if not same or not 0 <= age <= staleness:
             lookup.handle.wait()  # not what this forward needs, or too old: drop it
@@ -232,7 +233,7 @@ class EmbeddingBag(torch.nn.Module):
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         prepared = self._prepare(input, offsets, per_sample_weights)
-        lookup = self._take_prefetched(prepared)
+        lookup = self._take_prefetched((input, offsets, per_sample_weights))
         if lookup is None:
             lookup = _Lookup(self, *prepared)
         return lookup.finish()
