@@ -12,7 +12,9 @@
 # then pytest python/tests (the CUDA cases run when torch sees a GPU); bench: build, then the three
 # DLRM runs. all (default): build, test, bench. Logs go to OUT_DIR (default ./gpu-test-results/python).
 # env: PYTHON (default python3), STEPS (training steps per DLRM run, default 100), POOL (batches
-# train_dlrm.py reuses, default 64, as the C++ worker's data_pool_batches), PYTEST_ARGS.
+# train_dlrm.py reuses, default 64, as the C++ worker's data_pool_batches), PYTEST_ARGS;
+# BENCH_CONFIG / BENCH_DEVICE (default configs/bench-dlrm-kaggle.yaml / cuda: a CPU dry run of
+# the bench is BENCH_CONFIG=configs/local.yaml BENCH_DEVICE=cpu).
 # The module is built once into build-gpu-python/ (kept while the machine stays warm).
 set -u -o pipefail
 usage="usage: $0 PACK [all|build|test|bench] [OUT_DIR]"
@@ -103,8 +105,9 @@ fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   steps=${STEPS:-100}
   pool=${POOL:-64}
-  cfg=configs/bench-dlrm-kaggle.yaml
-  echo "== bench: $cfg, batch 16384, $steps steps, 1 GPU worker (logs in $out)"
+  cfg=${BENCH_CONFIG:-configs/bench-dlrm-kaggle.yaml}
+  dev=${BENCH_DEVICE:-cuda}
+  echo "== bench: $cfg (Kaggle-shaped: batch 16384), $steps steps, 1 worker, train_dlrm.py on $dev (logs in $out)"
   launch() {  # NAME [--set k=v ...]
     local name=$1
     shift
@@ -113,9 +116,9 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
       --report-json "$out/$name.json" --set train.steps="$steps" "$@" >"$out/$name.out" 2>&1
   }
   # The C++ data pool reuses data_pool_batches pre-made batches; train_dlrm.py --pool the same.
-  launch python --set "worker.command=[$py, examples/train_dlrm.py, --device, cuda, --pool, $pool]" ||
+  launch python --set "worker.command=[$py, examples/train_dlrm.py, --device, $dev, --pool, $pool]" ||
     { status=1; tail -20 "$out/python.out"; tail -20 "$out/python"/worker-0*.log 2>/dev/null; }
-  launch cpp || { status=1; tail -20 "$out/cpp.out"; }
+  launch cpp --set "worker.command=[]" || { status=1; tail -20 "$out/cpp.out"; }
   "$py" bench/reference/dlrm_torch.py --batch 16384 --json "$out/reference.json" >"$out/reference.log" 2>&1 ||
     { status=1; tail -20 "$out/reference.log"; }
   "$py" - "$out" <<'PY'
@@ -132,7 +135,7 @@ try:
     ref = next(r for r in json.load(open(os.path.join(out, "reference.json"))) if r.get("batch") == 16384)
 except Exception as e:  # noqa: BLE001
     ref = {"error": str(e)}
-rows = [("train_dlrm.py --device cuda (osprey.torch)", py), ("osprey-worker (C++ GPU worker)", cpp),
+rows = [("train_dlrm.py (osprey.torch)", py), ("osprey-worker (C++ GPU worker)", cpp),
         ("PyTorch reference, all tables on the GPU", ref)]
 base = cpp.get("samples_per_sec")
 print(f"{'run':44} {'samples/s':>12} {'vs C++':>8} {'AUC':>7}")
