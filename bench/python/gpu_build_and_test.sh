@@ -107,7 +107,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   pool=${POOL:-64}
   cfg=${BENCH_CONFIG:-configs/bench-dlrm-kaggle.yaml}
   dev=${BENCH_DEVICE:-cuda}
-  echo "== bench: $cfg (Kaggle-shaped: batch 16384), $steps steps, 1 worker, train_dlrm.py on $dev (logs in $out)"
+  echo "== bench: $cfg, $steps steps, train_dlrm.py on $dev (logs in $out)"
   launch() {  # NAME [--set k=v ...]
     local name=$1
     shift
