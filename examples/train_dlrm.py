@@ -10,6 +10,11 @@ r reads stream r), rank 0 evaluates on the held-out stream and prints the AUC, a
 sends its report, so the launcher's progress line and final report work as for osprey-worker.
 The model is the C++ worker's DLRM (worker/models/dlrm.h), layer for layer and in the same flat
 parameter layout: bottom MLP -> z0; z0 and the 26 rows -> pairwise dots; top MLP -> logit.
+
+--device cuda runs the model on the GPU (the same code: osprey.torch stages the rows and the
+gradients through pinned host memory); the ids stay on the CPU, where the embedding bag dedupes
+them. --pool N reuses N pre-made batches round-robin (as the C++ GPU worker's data_pool_batches),
+so that the data generator is not what is measured.
 """
 import argparse
 import math
@@ -61,6 +66,12 @@ class DotInteraction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z):
+        if z.device.type != "cpu":  # on a GPU: batched products, the pairs in the same order
+            n = z.shape[1]
+            i, j = torch.triu_indices(n, n, offset=1, device=z.device)
+            ctx.pairs = (i, j)
+            ctx.save_for_backward(z)
+            return torch.bmm(z, z.transpose(1, 2))[:, i, j]
         z = z.contiguous()
         ctx.save_for_backward(z)
         b, n, _ = z.shape
@@ -71,6 +82,11 @@ class DotInteraction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (z,) = ctx.saved_tensors
+        if z.device.type != "cpu":  # d(z_i . z_j) = g z_j for i and g z_i for j: a symmetric G @ z
+            i, j = ctx.pairs
+            g = torch.zeros(z.shape[0], z.shape[1], z.shape[1], device=z.device, dtype=grad.dtype)
+            g[:, i, j] = grad
+            return torch.bmm(g + g.transpose(1, 2), z)
         dz = torch.empty_like(z)
         _C.dot_pairs_grad(z.numpy(), grad.contiguous().numpy(), dz.numpy())
         return dz
@@ -108,7 +124,8 @@ def evaluate(model, client, info):
             dense, keys, y, o = gen.next(n)
             if len(y) == 0:
                 break  # the eval file ended
-            probs.append(torch.sigmoid(model(torch.from_numpy(dense), torch.from_numpy(keys.view(np.int64)))).numpy())
+            logit = model(torch.from_numpy(dense).to(model.emb.device), torch.from_numpy(keys.view(np.int64)))
+            probs.append(torch.sigmoid(logit).cpu().numpy())
             labels.append(y)
             oracle.append(o if o is not None else np.zeros_like(y))
     p, y, o = np.concatenate(probs), np.concatenate(labels), np.concatenate(oracle)
@@ -125,35 +142,57 @@ def main():
                     help="torch intra-op threads (default 1: one core per worker, as osprey-worker)")
     ap.add_argument("--no-prefetch", action="store_true",
                     help="pull each batch's rows in its forward, not with the previous step's dense pull")
+    ap.add_argument("--device", default=os.environ.get("OSPREY_TORCH_DEVICE", "cpu"),
+                    help="where the model computes: cpu, cuda, cuda:N or auto (default cpu; env OSPREY_TORCH_DEVICE)")
+    ap.add_argument("--pool", type=int, default=0, help="reuse this many pre-made training batches (0: fresh ones)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(args.device)
     client = osprey.connect(config=args.config)
     info = client.info
     if info["model"] != "dlrm" or info["data_source"] not in ("synthetic", "criteo"):
         raise SystemExit("train_dlrm.py: needs model.type dlrm and data.source synthetic or criteo")
-    model = Dlrm(client.table(info["sparse_table"]), info, info["seed"])
+    model = Dlrm(client.table(info["sparse_table"]), info, info["seed"]).to(device)
     opt = ot.DenseOptimizer(model.parameters(), client.table(info["dense_table"]))
     if info["data_source"] == "criteo":  # worker r reads lines r, r + W, ... and wraps (epochs)
         gen = Criteo(info["train_path"], shard=client.rank, num_shards=client.world_size, wrap=True)
     else:
         gen = Synthetic(client, stream=client.rank)
     steps, batch = args.steps or info["steps"], info["batch_size"]
-    avg = None
+    pool = [gen.next(batch) for _ in range(args.pool)]
+    on_host = device.type == "cpu"
+
+    def next_batch(step):
+        """(dense, ids, labels): dense and labels on the model's device, the ids on the CPU."""
+        dense, keys, labels, _ = pool[step % len(pool)] if pool else gen.next(batch)
+        dense, labels = torch.from_numpy(dense), torch.from_numpy(labels)
+        if not on_host:
+            dense, labels = (t.pin_memory().to(device, non_blocking=True) for t in (dense, labels))
+        return dense, torch.from_numpy(keys.view(np.int64)), labels
+
+    # The running loss stays a tensor; it is read (which waits for a GPU) every log_every_steps.
+    log_every = max(1, info["log_every_steps"])
+    avg_t, avg = None, 0.0
     start = time.monotonic()
-    dense, keys, labels, _ = gen.next(batch)
+    dense, ids, labels = next_batch(0)
     for step in range(steps):
-        logit = model(torch.from_numpy(dense), torch.from_numpy(keys.view(np.int64)))
-        loss = F.binary_cross_entropy_with_logits(logit, torch.from_numpy(labels))
+        logit = model(dense, ids)
+        loss = F.binary_cross_entropy_with_logits(logit, labels)
         opt.zero_grad()
         loss.backward()
-        value = loss.item()
-        avg = value if avg is None else 0.95 * avg + 0.05 * value
-        dense, keys, labels, _ = gen.next(batch)  # the next batch, whose rows come with the dense pull
-        next_ids = torch.from_numpy(keys.view(np.int64)).reshape(-1, 1)
+        avg_t = loss.detach() if avg_t is None else 0.95 * avg_t + 0.05 * loss.detach()
+        if step % log_every == 0 or step == steps - 1:
+            avg = avg_t.item()
+        dense, ids, labels = next_batch(step + 1)  # the next batch, whose rows come with the dense pull
+        next_ids = ids.reshape(-1, 1)
         opt.step(samples=batch, loss=avg, overlap=None if args.no_prefetch else lambda: model.emb.prefetch(next_ids))
+    if not on_host:
+        torch.cuda.synchronize(device)  # the time includes every step's GPU work
     seconds = time.monotonic() - start
-    print(f"worker {client.rank} of {client.world_size}: {steps} steps of batch {batch} in {seconds:.1f} s "
-          f"({steps * batch / seconds:.0f} samples/s), loss {avg:.4f}", flush=True)
+    print(f"worker {client.rank} of {client.world_size} on {device}: {steps} steps of batch {batch} in "
+          f"{seconds:.1f} s ({steps * batch / seconds:.0f} samples/s), loss {avg:.4f}", flush=True)
     client.barrier("train-done")
     result = {}
     if client.rank == 0 and info["eval_samples"] > 0:

@@ -3,7 +3,7 @@
     import osprey
     client = osprey.connect()                # the job `osprey launch` runs this script in
     emb = client.table("embeddings")
-    h = emb.pull(keys)                       # asynchronous; numpy arrays or torch CPU tensors
+    h = emb.pull(keys)                       # asynchronous; numpy arrays, torch CPU or CUDA tensors
     rows = h.wait()
 
 Every call that talks to the servers is asynchronous and returns a Handle; Handle.wait() blocks
@@ -11,16 +11,21 @@ Every call that talks to the servers is asynchronous and returns a Handle; Handl
 the Status code, the table and the server when something failed. Every wait is bounded by the
 job's client.timeout_ms (and by wait's own timeout when given).
 
+CUDA tensors go through pinned host staging (osprey/_device.py): the result of a pull with CUDA
+keys or `out` is a CUDA tensor, copied on the current stream; a push of CUDA gradients is issued
+once their copy to the host completed. All tensors of one call must be on one device.
+
 numpy is the only dependency; osprey.torch (the server-side EmbeddingBag and the dense
 optimizer) imports torch when it is imported.
 """
 import os
 import re
+import threading
 
-import numpy as np
 
 from . import _C
 from . import data  # noqa: F401  (osprey.data)
+from ._table import Handle, Table
 
 __all__ = ["connect", "Client", "Table", "Handle", "OspreyError"]
 
@@ -46,62 +51,6 @@ _ENV_CONFIG = "OSPREY_CONFIG"
 _ENV_SETS = "OSPREY_SETS"
 _ENV_COORDINATOR = "OSPREY_COORDINATOR"
 _ENV_RANK = "OSPREY_RANK"
-
-
-def _as_keys(keys):
-    """u64 keys as a contiguous 1-D numpy array (a view when they already are)."""
-    if hasattr(keys, "numpy") and hasattr(keys, "device"):  # a torch tensor, without importing torch
-        if keys.device.type != "cpu":
-            raise NotImplementedError("osprey: only CPU tensors are supported in this build (got %s)" % keys.device)
-        keys = keys.detach().numpy()
-    arr = np.ascontiguousarray(keys).reshape(-1)
-    if arr.dtype != np.uint64:
-        if arr.dtype.kind not in "iu":
-            raise TypeError(f"osprey: keys must be integers, got {arr.dtype}")
-        arr = arr.astype(np.uint64)
-    return arr
-
-
-def _as_floats(x, what):
-    """float32 contiguous numpy view of a numpy array or torch CPU tensor (zero-copy when it is one)."""
-    if hasattr(x, "numpy") and hasattr(x, "device"):
-        if x.device.type != "cpu":
-            raise NotImplementedError("osprey: only CPU tensors are supported in this build (got %s)" % x.device)
-        x = x.detach().numpy()
-    arr = np.ascontiguousarray(x, dtype=np.float32)
-    return arr
-
-
-class Handle:
-    """One asynchronous call. wait(timeout=None) returns its result (the pulled array, or None for
-    a push) or raises OspreyError; TimeoutError when `timeout` seconds passed first (the call is
-    still in flight: wait again). Every handle should be waited on once; one that is dropped
-    unwaited is finished by its client later (its arrays stay alive until then)."""
-
-    __slots__ = ("_client", "_ticket", "_keep", "_result", "_done")
-
-    def __init__(self, client, ticket, keep, result=None):
-        self._client = client
-        self._ticket = ticket
-        self._keep = keep
-        self._result = result
-        self._done = False
-
-    def wait(self, timeout=None):
-        if not self._done:
-            self._client._c.wait(self._ticket, -1.0 if timeout is None else float(timeout))
-            self._done = True
-            self._keep = None
-        return self._result
-
-    def done(self):
-        """True when wait() would not block."""
-        return self._done or self._client._c.ready(self._ticket)
-
-    def __del__(self):
-        if not getattr(self, "_done", True) and self._client is not None:
-            self._client._abandon(self._ticket, self._keep)
-
 
 class _CheckpointHandle:
     """A checkpoint in flight on a thread of its own (the C++ call releases the GIL)."""
@@ -135,80 +84,6 @@ class _CheckpointHandle:
                               "messages above, on stderr, name it)")
         return self._dir or None
 
-
-class Table:
-    """A table of the job by name: sparse (rows of `dim` floats by u64 key) or dense (`size`
-    floats). `clock` defaults to the client's clock (the step the worker is at)."""
-
-    def __init__(self, client, name, tid, sparse, dim, size):
-        self.client = client
-        self.name = name
-        self.id = tid
-        self.sparse = sparse
-        self.dim = dim
-        self.size = size
-
-    def __repr__(self):
-        kind = f"sparse, dim {self.dim}" if self.sparse else f"dense, {self.size} floats"
-        return f"osprey.Table('{self.name}', {kind})"
-
-    def _clock(self, clock):
-        return self.client.clock if clock is None else int(clock)
-
-    def pull(self, keys, out=None, clock=None):
-        """Rows of `keys` (duplicates allowed) into `out` ([n, dim] float32; allocated when None)."""
-        self._need(True, "pull")
-        k = _as_keys(keys)
-        if out is None:
-            out = np.empty((k.shape[0], self.dim), dtype=np.float32)
-        o = _as_writable(out)
-        t = self.client._c.pull(self.id, k, o, self._clock(clock))
-        return Handle(self.client, t, (k, o), out)
-
-    def push(self, keys, grads, clock=None):
-        """Gradient rows ([n, dim]) of `keys`; the servers' optimizer applies them."""
-        self._need(True, "push")
-        k = _as_keys(keys)
-        g = _as_floats(grads, "grads")
-        t = self.client._c.push(self.id, k, g, self._clock(clock))
-        return Handle(self.client, t, (k, g))
-
-    def pull_dense(self, out=None, clock=None):
-        self._need(False, "pull_dense")
-        if out is None:
-            out = np.empty(self.size, dtype=np.float32)
-        o = _as_writable(out)
-        t = self.client._c.pull_dense(self.id, o, self._clock(clock))
-        return Handle(self.client, t, o, out)
-
-    def push_dense(self, grads, clock=None):
-        self._need(False, "push_dense")
-        g = _as_floats(grads, "grads")
-        t = self.client._c.push_dense(self.id, g, self._clock(clock))
-        return Handle(self.client, t, g)
-
-    def init_dense(self, values):
-        """Initial values of a dense table unless another worker already gave them (first wins)."""
-        self._need(False, "init_dense")
-        v = _as_floats(values, "values")
-        return Handle(self.client, self.client._c.init_dense(self.id, v), v)
-
-    def _need(self, sparse, what):
-        if self.sparse != sparse:
-            kind = "sparse" if self.sparse else "dense"
-            raise TypeError(f"osprey: {what} on {kind} table '{self.name}'")
-
-
-def _as_writable(out):
-    if hasattr(out, "numpy") and hasattr(out, "device"):
-        if out.device.type != "cpu":
-            raise NotImplementedError("osprey: only CPU tensors are supported in this build (got %s)" % out.device)
-        out = out.detach().numpy()
-    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise TypeError("osprey: `out` must be a C-contiguous float32 array or CPU tensor")
-    return out
-
-
 class Client:
     """A worker's membership of a running job (see connect()). Not picklable and not usable in a
     forked child: each process calls osprey.connect() itself."""
@@ -217,6 +92,8 @@ class Client:
         self._c = c
         self._pid = os.getpid()
         self._abandoned = []
+        self._staged = []  # [ready event, issue(), Handle]: calls waiting for their device copies
+        self._staged_mu = threading.RLock()  # backward hooks of CUDA tensors run on autograd's threads
         self._bags = []  # osprey.torch.EmbeddingBags on this client (their pushes are waited in step())
         self.clock = 0  # the worker's step: pulls wait for it under bsp / ssp
         self.rank = c.rank
@@ -246,6 +123,7 @@ class Client:
     def barrier(self, name="barrier", timeout=None):
         """Blocks until every live worker of the job reached barrier `name`."""
         ms = int((timeout if timeout is not None else 10 * self.info["timeout_ms"] / 1000.0) * 1000)
+        self._issue_staged()
         self._c.barrier(name, ms)
 
     def step(self, samples=0, loss=0.0):
@@ -273,12 +151,46 @@ class Client:
         the next clock every server closes, so keep training (a worker that waits right away
         would hold that clock back) and wait() later, e.g. after the next opt.step()."""
         self._c.check_usable()
+        self._issue_staged()
         ms = int((timeout if timeout is not None else self.info["timeout_ms"] / 1000.0) * 1000)
         return _CheckpointHandle(self._c, "" if dir is None else str(dir), ms)
 
     def close(self):
+        if os.getpid() == self._pid:
+            self._issue_staged()
         self._reap(block=True)
         self._c.close()
+
+    def _stage(self, ready, issue, keep, then=None):
+        """A call whose inputs are being copied off the device: a Handle without a ticket until
+        `ready` (a CUDA event) completed and issue() sent it. Staged calls are issued in order,
+        here when their copies are already done, else by the next call of this client (any
+        table call, barrier, checkpoint, close) or a wait on them."""
+        h = Handle(self, None, keep, then=then)
+        with self._staged_mu:
+            self._staged.append((ready, issue, h))
+        self._issue_staged(block=False)
+        return h
+
+    def _issue_staged(self, upto=None, block=True):
+        """Issues the staged calls in order: all of them (upto None) or up to Handle `upto`;
+        block=False stops at the first whose copy is not complete. Waits only on those copies'
+        events. A call that fails to issue keeps its error for its handle's wait()."""
+        if not self._staged:
+            return
+        with self._staged_mu:
+            while self._staged:
+                ready, issue, h = self._staged[0]
+                if not block and not ready.query():
+                    return
+                ready.synchronize()
+                self._staged.pop(0)
+                try:
+                    h._ticket = issue()
+                except Exception as e:  # e.g. the client was closed: the handle's wait() raises it
+                    h._error = e
+                if h is upto:
+                    return
 
     def _abandon(self, ticket, keep):
         self._abandoned.append((ticket, keep))

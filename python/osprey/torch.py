@@ -11,7 +11,10 @@
 
 The servers' optimizer (the table's `optimizer:` in the job config) updates the rows and the
 dense parameters; the modules only move tensors. No libtorch is linked: tensors cross to the C++
-client as numpy views of CPU tensors (zero-copy).
+client as numpy views of CPU tensors (zero-copy), CUDA tensors through pinned host staging
+(osprey/_device.py). The same code runs on both: move the modules and the model with .to(device)
+(an EmbeddingBag's output is on its device; its ids may be on that device or on the CPU, which
+is cheaper: the ids are deduped on the host).
 """
 try:
     import torch
@@ -23,16 +26,20 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 import numpy as np
 
 from . import _C
+from . import _device
+from ._torch_dense import DenseOptimizer  # noqa: E402,F401  (osprey.torch.DenseOptimizer)
 
 __all__ = ["EmbeddingBag", "EmbeddingBagCollection", "DenseOptimizer"]
 
 
 def _keys_numpy(t):
-    """int64 / uint64 ids as a contiguous uint64 numpy view (no copy for a contiguous int64 tensor)."""
-    if t.device.type != "cpu":
-        raise NotImplementedError(f"osprey.torch: only CPU tensors in this build (got {t.device})")
+    """int64 / int32 ids as a contiguous uint64 numpy array (a view of a contiguous int64 CPU
+    tensor; CUDA ids are copied to the host, waiting for that copy only)."""
     if t.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"osprey.torch: ids must be int64 or int32, got {t.dtype}")
+    if t.device.type == "cuda":
+        (t,), ready = _device.staging_for(t).to_host(t.reshape(-1))
+        ready.synchronize()  # the host dedupes them now
     a = t.detach().contiguous().reshape(-1).numpy()
     return a.astype(np.int64, copy=False).view(np.uint64)
 
@@ -43,15 +50,25 @@ class _Lookup:
     def __init__(self, bag, ids, offsets, per_sample_weights):
         self.bag = bag
         self.ids, self.offsets, self.psw = ids, offsets, per_sample_weights
+        self.staging = _device.staging_of_device(bag.device)  # None: rows stay in host memory
         keys = _keys_numpy(ids)
         self.unique, self.inverse = _C.dedupe(keys)
-        self.rows = np.empty((self.unique.shape[0], bag.table.dim), dtype=np.float32)
+        shape = (self.unique.shape[0], bag.table.dim)
+        if self.staging is None:
+            self.rows_t = None
+            self.rows = np.empty(shape, dtype=np.float32)
+        else:  # pulled into pinned memory, copied to the device in finish()
+            self.rows_t = self.staging.host_empty(shape, torch.float32)
+            self.rows = self.rows_t.numpy()
         self.clock = bag.table.client.clock
         self.handle = bag.table.pull(self.unique, self.rows, clock=self.clock)
 
     def finish(self):
         self.handle.wait()
-        weight = torch.from_numpy(self.rows).requires_grad_(self.bag.training and torch.is_grad_enabled())
+        grad = self.bag.training and torch.is_grad_enabled()
+        if self.staging is not None:
+            return self._finish_on_device(grad)
+        weight = torch.from_numpy(self.rows).requires_grad_(grad)
         if self.offsets is None:  # one id per bag (2-D input of one column): a row gather
             return _GatherRows.apply(weight, self)
         if weight.requires_grad:
@@ -60,11 +77,33 @@ class _Lookup:
                               per_sample_weights=self.psw, include_last_offset=self.bag.include_last_offset)
         return out
 
+    def _finish_on_device(self, grad):
+        # Everything to the module's device on its current stream (host sources: the pinned rows,
+        # the deduped inverse, CPU offsets); the leaf's hook pushes its gradient from there.
+        dev = self.bag.device
+        weight = self.staging.to_device(self.rows_t).requires_grad_(grad)
+        inverse = self.staging.to_device(torch.from_numpy(self.inverse))
+        if weight.requires_grad:
+            weight.register_hook(self._push)
+        if self.offsets is None:
+            return weight.index_select(0, inverse)
+        offsets = self.offsets if self.offsets.device == dev else self.staging.to_device(self.offsets)
+        psw = self.psw
+        if psw is not None and psw.device != dev:
+            psw = self.staging.to_device(psw)
+        return F.embedding_bag(inverse, weight, offsets, mode=self.bag.mode, per_sample_weights=psw,
+                               include_last_offset=self.bag.include_last_offset)
+
     def _push(self, grad):
         # The gradient of the leaf is [num distinct keys x dim]: each key's gradient summed over
-        # its occurrences, as the servers expect. The push copies it before returning.
-        g = grad.detach().contiguous().numpy()
-        self.bag._pending.append(self.bag.table.push(self.unique, g, clock=self.bag.table.client.clock))
+        # its occurrences, as the servers expect. The push copies it before returning; a device
+        # gradient is copied to the host on a side stream and pushed once that copy is done.
+        table = self.bag.table
+        if self.staging is not None:
+            h = table._push_staged(self.staging, self.unique, grad.detach(), table.client.clock)
+        else:
+            h = table.push(self.unique, grad.detach().contiguous().numpy(), clock=table.client.clock)
+        self.bag._pending.append(h)
         return None
 
 
@@ -100,8 +139,11 @@ class EmbeddingBag(torch.nn.Module):
     NotImplementedError: the servers' optimizer sees gradient sums only."""
 
     def __init__(self, table, mode="mean", include_last_offset=False, padding_idx=None, max_norm=None,
-                 scale_grad_by_freq=False, sparse=None):
+                 scale_grad_by_freq=False, sparse=None, device=None):
         super().__init__()
+        # No parameters, but a device: .to() / .cuda() move this empty buffer, and the output,
+        # the pulled rows and their gradients live where it is.
+        self.register_buffer("_device_anchor", torch.empty(0, device=device), persistent=False)
         if not table.sparse:
             raise TypeError(f"osprey.torch.EmbeddingBag: table '{table.name}' is dense")
         if mode not in ("sum", "mean"):
@@ -121,16 +163,26 @@ class EmbeddingBag(torch.nn.Module):
         self.last_staleness = None  # clocks between the last prefetched pull and its use
         table.client._bags.append(self)  # DenseOptimizer.step() waits for their pushes
 
+    @property
+    def device(self):
+        return self._device_anchor.device
+
     def _prepare(self, input, offsets, per_sample_weights):
+        dev = _device.check_same_device(f"EmbeddingBag on table '{self.table.name}'", input=input, offsets=offsets,
+                                        per_sample_weights=per_sample_weights)
+        if dev != "cpu" and torch.device(dev) != self.device:
+            raise ValueError(f"osprey.torch.EmbeddingBag on table '{self.table.name}': the input is on {dev} but the "
+                             f"module on {self.device}: move the module with .to('{dev}') (ids may also stay on "
+                             "the CPU: the output is on the module's device)")
         if input.dim() == 2:
             if offsets is not None:
                 raise ValueError("osprey.torch.EmbeddingBag: offsets must be None for 2-D input")
             b, n = input.shape
             if n == 1 and per_sample_weights is None:
                 return input.reshape(-1), None, None  # one id per bag: pooled = the row (sum or mean)
-            offsets = torch.arange(0, b * n, n, dtype=torch.int64)
+            offsets = torch.arange(0, b * n, n, dtype=torch.int64, device=input.device)
             if self.include_last_offset:
-                offsets = torch.cat([offsets, torch.tensor([b * n], dtype=torch.int64)])
+                offsets = torch.cat([offsets, torch.tensor([b * n], dtype=torch.int64, device=input.device)])
             input = input.reshape(-1)
             if per_sample_weights is not None:
                 per_sample_weights = per_sample_weights.reshape(-1)
@@ -146,7 +198,7 @@ class EmbeddingBag(torch.nn.Module):
         """Issues the pull of this batch's rows now and returns a lookup; lookup.finish() is the
         forward's result (a prefetched pull of the same input is used)."""
         prepared = self._prepare(input, offsets, per_sample_weights)
-        return self._take_prefetched(prepared) or _Lookup(self, *prepared)
+        return self._take_prefetched((input, offsets, per_sample_weights)) or _Lookup(self, *prepared)
 
     def prefetch(self, input, offsets=None, per_sample_weights=None, staleness=0):
         """Starts the pull of a later batch's rows now; the next forward() with equal input,
@@ -162,17 +214,15 @@ class EmbeddingBag(torch.nn.Module):
         if staleness < 0:
             raise ValueError(f"osprey.torch.EmbeddingBag.prefetch: staleness must be >= 0, got {staleness}")
         prepared = self._prepare(input, offsets, per_sample_weights)
-        self._prefetched = (prepared, _Lookup(self, *prepared), int(staleness))
+        # Matched on the arguments as given (the offsets a 2-D input implies are made anew each time).
+        self._prefetched = ((input, offsets, per_sample_weights), _Lookup(self, *prepared), int(staleness))
 
-    def _take_prefetched(self, prepared):
+    def _take_prefetched(self, args):
         if self._prefetched is None:
             return None
         (ids, offs, psw), lookup, staleness = self._prefetched
         self._prefetched = None
-        same = (ids.shape == prepared[0].shape and torch.equal(ids, prepared[0]) and
-                (offs is None) == (prepared[1] is None) and
-                (offs is None or (offs.shape == prepared[1].shape and torch.equal(offs, prepared[1]))) and
-                (psw is None) == (prepared[2] is None) and (psw is None or torch.equal(psw, prepared[2])))
+        same = all(_same_tensor(a, b) for a, b in zip((ids, offs, psw), args))
         age = self.table.client.clock - lookup.clock
         if not same or not 0 <= age <= staleness:
             lookup.handle.wait()  # not what this forward needs, or too old: drop it
@@ -183,7 +233,7 @@ class EmbeddingBag(torch.nn.Module):
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         prepared = self._prepare(input, offsets, per_sample_weights)
-        lookup = self._take_prefetched(prepared)
+        lookup = self._take_prefetched((input, offsets, per_sample_weights))
         if lookup is None:
             lookup = _Lookup(self, *prepared)
         return lookup.finish()
@@ -202,6 +252,19 @@ class EmbeddingBag(torch.nn.Module):
 
     def extra_repr(self):
         return f"table='{self.table.name}', dim={self.table.dim}, mode='{self.mode}'"
+
+
+def _same_tensor(a, b):
+    """Equal values (None equals None). CUDA tensors compare by identity of their memory (the
+    same data pointer, shape and strides) rather than by value, which would wait for the device:
+    do not change the ids in place between prefetch() and forward()."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a.shape != b.shape or a.device != b.device:
+        return False
+    if a.device.type == "cuda":
+        return a.data_ptr() == b.data_ptr() and a.stride() == b.stride() and a.dtype == b.dtype
+    return torch.equal(a, b)
 
 
 class EmbeddingBagCollection(torch.nn.Module):
@@ -228,101 +291,3 @@ class EmbeddingBagCollection(torch.nn.Module):
     def wait_pushes(self, timeout=None):
         for bag in self.bags.values():
             bag.wait_pushes(timeout)
-
-
-class DenseOptimizer:
-    """The dense parameters of a model, kept on a dense Osprey table (its `size` must equal the
-    parameters' total count; the flat layout is the parameters in order, each flattened).
-
-    The constructor offers the current values as the table's initial values (the first worker's
-    win) and loads the table's values into the parameters. step() pushes the dense gradients,
-    waits for every push of the client's EmbeddingBags, advances the client's clock and pulls the
-    fresh parameters at the new clock -- so under bsp it returns once every worker's step was
-    applied, under ssp once the slowest is within the bound, under async at once: the same
-    meaning as for the C++ worker. The servers' optimizer (the table's config) does the update."""
-
-    def __init__(self, params, table):
-        if table.sparse:
-            raise TypeError(f"osprey.torch.DenseOptimizer: table '{table.name}' is sparse")
-        self.params = [p for p in params]
-        self.table = table
-        self.client = table.client
-        total = sum(p.numel() for p in self.params)
-        if total != table.size:
-            raise ValueError(f"osprey.torch.DenseOptimizer: the parameters have {total} floats but dense table "
-                             f"'{table.name}' has {table.size}")
-        self._flat = np.empty(total, dtype=np.float32)
-        self._grad = np.zeros(total, dtype=np.float32)
-        self._flat_t = torch.from_numpy(self._flat)
-        self._grad_t = torch.from_numpy(self._grad)
-        with torch.no_grad():
-            torch.cat([p.detach().reshape(-1) for p in self.params], out=self._flat_t)
-        table.init_dense(self._flat).wait()
-        self._pull()
-
-    def refresh(self):
-        """Loads the table's current values into the parameters (e.g. before an evaluation)."""
-        self._pull()
-
-    def _pull(self):
-        self.table.pull_dense(self._flat, clock=self.client.clock).wait()
-        self._load()
-
-    def _load(self):
-        # The first time the parameters become views of the flat buffer the pulls write into, so
-        # later pulls need no copy (their values change only inside step() and refresh()).
-        if getattr(self, "_viewed", False):
-            return
-        with torch.no_grad():
-            at = 0
-            for p in self.params:
-                n = p.numel()
-                if p.dtype == torch.float32 and p.device.type == "cpu":
-                    p.data = self._flat_t[at:at + n].view_as(p)
-                else:
-                    p.copy_(self._flat_t[at:at + n].view_as(p))
-                    self._copies = True
-                at += n
-        self._viewed = not getattr(self, "_copies", False)
-
-    def zero_grad(self, set_to_none=True):
-        for p in self.params:
-            p.grad = None
-
-    def step(self, samples=0, loss=0.0, overlap=None):
-        """One step (see the class). `overlap`: called once the dense pull for the new clock is in
-        flight, before waiting for it -- e.g. lambda: emb.prefetch(next_ids), so that the next
-        batch's rows and the dense parameters come in one round trip."""
-        at = 0
-        with torch.no_grad():
-            for p in self.params:
-                n = p.numel()
-                if p.grad is None:
-                    self._grad_t[at:at + n].zero_()
-                else:
-                    self._grad_t[at:at + n].copy_(p.grad.reshape(-1))
-                at += n
-        push = self.table.push_dense(self._grad, clock=self.client.clock)
-        self.client.step(samples=samples, loss=float(loss))
-        # As osprey-worker does: the next step's pulls go out before this step's pushes are
-        # waited for (a server answers a pull after the pushes it received before it; under bsp
-        # it holds the pull until every worker's pushes for the step arrived).
-        pull = self.table.pull_dense(self._flat, clock=self.client.clock)
-        first = None
-        try:
-            if overlap is not None:
-                overlap()
-        finally:
-            for bag in self.client._bags:
-                try:
-                    bag.wait_pushes()
-                except Exception as e:
-                    first = first or e
-            try:
-                push.wait()
-            except Exception as e:
-                first = first or e
-        pull.wait()
-        if first is not None:
-            raise first
-        self._load()

@@ -14,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,8 +102,11 @@ void Wait(JobClient& jc, worker::Ticket ticket, double timeout_s) {
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_s >= 0 && waited >= timeout_s) {
-      PyErr_Format(PyExc_TimeoutError, "osprey: request not complete after %.3f s (still in flight; wait() again)",
-                   waited);
+      // snprintf, not PyErr_Format: PyUnicode_FromFormat has no %f (Python >= 3.12 raises SystemError).
+      char message[128];
+      std::snprintf(message, sizeof(message), "osprey: request not complete after %.3f s (still in flight; wait() again)",
+                    waited);
+      PyErr_SetString(PyExc_TimeoutError, message);
       throw nb::python_error();
     }
   }

@@ -127,3 +127,25 @@ def make_job():
 
 def python_with_package():
     return sys.executable
+
+
+# The devices the tensor tests run on: "cpu" (zero-copy), "cpu-staged" (CPU tensors through the
+# CUDA path's staging queue, with osprey._device.HostStagingForTests as the test double for a
+# GPU: it runs everywhere) and "cuda" (real CUDA tensors; skipped where torch has no CUDA device).
+DEVICES = ["cpu", "cpu-staged", "cuda"]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    torch = pytest.importorskip("torch", reason="torch is not installed: the tensor tests need it")
+    from osprey import _device
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch (torch %s, CUDA build %s): the CUDA tests run on the GPU "
+                    "machine (bench/python/gpu_build_and_test.sh)" % (torch.__version__, torch.version.cuda))
+    double = _device.stage_cpu_tensors_for_tests(request.param == "cpu-staged")
+    try:
+        yield torch.device("cuda" if request.param == "cuda" else "cpu")
+    finally:
+        _device.stage_cpu_tensors_for_tests(False)
+    if double is not None:
+        assert double.copies > 0, "cpu-staged: no tensor went through the staging path"

@@ -1,6 +1,7 @@
 """Exactness: after k steps the servers' rows (and dense weights) equal a pure-PyTorch model --
 nn.EmbeddingBag(sparse=True) + torch.optim.SGD / Adagrad -- trained on the same data, against
-real osprey-server processes."""
+real osprey-server processes. Every test taking `device` runs on the CPU, on the CPU through the
+staging path (conftest.py) and on CUDA where torch sees a GPU; the reference runs on the CPU."""
 import os
 import subprocess
 import sys
@@ -48,7 +49,8 @@ CASES = [("sum", "offsets", False), ("mean", "offsets", False), ("sum", "2d", Fa
          ("mean", "duplicates", False), ("sum", "duplicates", False)]
 
 
-def run_case(job_factory, mode, case, include_last, optimizer):
+def run_case(job_factory, mode, case, include_last, optimizer, device=None):
+    device = device or torch.device("cpu")
     sparse_opt = "{type: sgd, lr: 0.1}" if optimizer == "sgd" else "{type: adagrad, lr: 0.1, initial_accumulator: 0.01}"
     job = job_factory(sparse_opt=sparse_opt)
     client = job.connect()
@@ -59,20 +61,23 @@ def run_case(job_factory, mode, case, include_last, optimizer):
         ref.weight.copy_(torch.from_numpy(init))
     ref_opt = (torch.optim.SGD(ref.parameters(), lr=0.1) if optimizer == "sgd" else
                torch.optim.Adagrad(ref.parameters(), lr=0.1, initial_accumulator_value=0.01, eps=1e-8))
-    bag = ot.EmbeddingBag(table, mode=mode, include_last_offset=include_last)
+    bag = ot.EmbeddingBag(table, mode=mode, include_last_offset=include_last).to(device)
+    assert bag.device.type == device.type
     rng = np.random.default_rng(11)
     for ids, offsets, psw in batches(case, rng):
         if include_last:
             offsets = torch.cat([offsets, torch.tensor([ids.numel()])])
         nbags = ids.shape[0] if ids.dim() == 2 else offsets.numel() - (1 if include_last else 0)
         target = torch.from_numpy(rng.standard_normal((nbags, 4)).astype(np.float32))
-        out = bag(ids, offsets, per_sample_weights=psw)
-        ((out - target) ** 2).sum().backward()
+        on = lambda t: None if t is None else t.to(device)  # noqa: E731
+        out = bag(on(ids), on(offsets), per_sample_weights=on(psw))
+        assert out.device.type == device.type
+        ((out - on(target)) ** 2).sum().backward()
         bag.wait_pushes()
         client.step()
         ref_opt.zero_grad()
         ref_out = ref(ids, offsets, per_sample_weights=psw)
-        torch.testing.assert_close(out.detach(), ref_out.detach(), rtol=1e-5, atol=1e-6)  # same forward
+        torch.testing.assert_close(out.detach().cpu(), ref_out.detach(), rtol=1e-5, atol=1e-6)  # same forward
         ((ref_out - target) ** 2).sum().backward()
         ref_opt.step()
     got = initial_rows(table)
@@ -82,13 +87,13 @@ def run_case(job_factory, mode, case, include_last, optimizer):
 
 
 @pytest.mark.parametrize("mode,case,include_last", CASES)
-def test_rows_equal_pytorch_sgd(make_job, mode, case, include_last):
-    run_case(make_job, mode, case, include_last, "sgd")
+def test_rows_equal_pytorch_sgd(make_job, mode, case, include_last, device):
+    run_case(make_job, mode, case, include_last, "sgd", device)
 
 
 @pytest.mark.parametrize("mode,case", [("sum", "offsets"), ("mean", "duplicates")])
-def test_rows_equal_pytorch_adagrad(make_job, mode, case):
-    run_case(make_job, mode, case, False, "adagrad")
+def test_rows_equal_pytorch_adagrad(make_job, mode, case, device):
+    run_case(make_job, mode, case, False, "adagrad", device)
 
 
 def test_unsupported_options_raise(make_job):
@@ -119,29 +124,30 @@ class DenseProblem:
         self.a = torch.randn(workers, 8, size, generator=g) / size ** 0.5  # well conditioned: lr 0.1 converges
 
     def worker_loss(self, w, rank, step):
-        return ((w * self.a[rank]).sum(dim=1) - step).pow(2).mean()
+        return ((w * self.a[rank].to(w.device)).sum(dim=1) - step).pow(2).mean()
 
     def loss(self, w, step):  # the averaged-gradient reference: mean over workers
         return sum(self.worker_loss(w, r, step) for r in range(self.a.shape[0])) / self.a.shape[0]
 
 
-def train_dense(client, problem, rank, steps, out):
+def train_dense(client, problem, rank, steps, out, device=None):
     table = client.table("mlp")
-    w = torch.nn.Parameter(problem.init.clone())
+    w = torch.nn.Parameter(problem.init.clone().to(device or "cpu"))
     opt = ot.DenseOptimizer([w], table)
     for s in range(steps):
         opt.zero_grad()
         problem.worker_loss(w, rank, s).backward()
         opt.step()
-    out[rank] = w.detach().clone()
+    assert w.device.type == (device or torch.device("cpu")).type
+    out[rank] = w.detach().cpu().clone()
 
 
-def test_dense_equals_pytorch_sgd(make_job):
+def test_dense_equals_pytorch_sgd(make_job, device):
     job = make_job()
     client = job.connect()
     problem = DenseProblem(client.table("mlp").size, 1)
     out = {}
-    train_dense(client, problem, 0, STEPS, out)
+    train_dense(client, problem, 0, STEPS, out, device)
     ref = dense_reference(STEPS, problem, 0.1)
     torch.testing.assert_close(out[0], ref, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(out[0], problem.init)
@@ -160,14 +166,14 @@ def test_two_workers_bsp_mean_equal_averaged_gradient(make_job, tmp_path):
         np.testing.assert_allclose(np.load(out + f".{r}.npy"), ref, rtol=1e-5, atol=1e-5)
 
 
-def train_with_prefetch(job, prefetch):
+def train_with_prefetch(job, prefetch, device=None):
     client = job.connect()
     table = client.table("emb")
-    bag = ot.EmbeddingBag(table, mode="sum")
-    w = torch.nn.Parameter(torch.linspace(-1, 1, client.table("mlp").size))
+    bag = ot.EmbeddingBag(table, mode="sum").to(device or "cpu")
+    w = torch.nn.Parameter(torch.linspace(-1, 1, client.table("mlp").size).to(device or "cpu"))
     opt = ot.DenseOptimizer([w], client.table("mlp"))
     rng = np.random.default_rng(3)
-    data = [torch.from_numpy(rng.integers(0, NUM_KEYS, (8, 3))) for _ in range(STEPS + 1)]
+    data = [torch.from_numpy(rng.integers(0, NUM_KEYS, (8, 3))).to(device or "cpu") for _ in range(STEPS + 1)]
     for s in range(STEPS):
         out = bag(data[s])
         loss = ((out * w[:4]).sum(1) - 1).pow(2).mean()
@@ -177,28 +183,29 @@ def train_with_prefetch(job, prefetch):
     assert bag.prefetch_hits == (STEPS - 1 if prefetch else 0)
     rows = initial_rows(table)
     client.close()
-    return rows, w.detach().numpy().copy()
+    return rows, w.detach().cpu().numpy().copy()
 
 
-def test_bsp_prefetch_is_bit_identical_to_no_prefetch(make_job):
-    plain = train_with_prefetch(make_job(mode="bsp"), prefetch=False)
-    fetched = train_with_prefetch(make_job(mode="bsp"), prefetch=True)
+def test_bsp_prefetch_is_bit_identical_to_no_prefetch(make_job, device):
+    plain = train_with_prefetch(make_job(mode="bsp"), prefetch=False, device=device)
+    fetched = train_with_prefetch(make_job(mode="bsp"), prefetch=True, device=device)
     np.testing.assert_array_equal(plain[0], fetched[0])
     np.testing.assert_array_equal(plain[1], fetched[1])
 
 
-def test_embedding_bag_collection_equals_pytorch_per_feature(make_job):
+def test_embedding_bag_collection_equals_pytorch_per_feature(make_job, device):
     client = make_job().connect()
     table = client.table("emb")
     init = torch.from_numpy(initial_rows(table))
-    ebc = ot.EmbeddingBagCollection({"user": table, "item": table}, mode="sum")
+    ebc = ot.EmbeddingBagCollection({"user": table, "item": table}, mode="sum").to(device)
     feats = {"user": (torch.tensor([1, 2, 2, 7]), torch.tensor([0, 1])),
              "item": (torch.tensor([3, 9, 1]), torch.tensor([0, 2]))}
-    out = ebc(feats)
+    out = ebc({f: (v.to(device), o.to(device)) for f, (v, o) in feats.items()})
     assert set(out) == {"user", "item"}
     for f, (values, offsets) in feats.items():
         ref = torch.nn.functional.embedding_bag(values, init, offsets, mode="sum")
-        torch.testing.assert_close(out[f].detach(), ref)
+        assert out[f].device.type == device.type
+        torch.testing.assert_close(out[f].detach().cpu(), ref)
     sum(o.sum() for o in out.values()).backward()
     ebc.wait_pushes()
     rows = initial_rows(table)

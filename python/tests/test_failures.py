@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import osprey
-from conftest import free_port
+from conftest import free_port, wait_for
 
 
 def keys_on_both_servers():
@@ -111,11 +111,23 @@ def test_forked_child_gets_a_clear_error(make_job):
     emb.pull(np.arange(4)).wait()  # the parent's client still works
 
 
+def process_state(pid):
+    """'T' once every thread of PID is stopped (/proc/PID/task/*/stat), else another state letter:
+    on a loaded machine a signalled server's threads may run a little longer, long enough to
+    answer a pull."""
+    states = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/stat") as f:
+            states.add(f.read().rsplit(")", 1)[1].split()[0])
+    return "T" if states == {"T"} else "".join(sorted(states))
+
+
 def test_ctrl_c_interrupts_a_wait(make_job):
     job = make_job(timeout_ms=20000)
     client = job.connect()
     # A stopped (SIGSTOP) server answers nothing: the wait would block for the 20 s timeout.
     job.procs["server-0"].send_signal(signal.SIGSTOP)
+    wait_for(lambda: process_state(job.procs["server-0"].pid) == "T", 10, "server-0 to be stopped")
     h = client.table("emb").pull(keys_on_both_servers())
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
