@@ -132,6 +132,8 @@ class JobState {
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
     int local_rank = 0;  // workers: place among the workers of the same host (by rank)
     int local_size = 1;
+    uint64_t incarnation = 0;  // RegisterRequest.incarnation of the process that holds the rank
+    uint32_t rejoins = 0;      // workers: processes that took the rank over (job_state_rejoin.cc)
   };
 
   std::vector<Node>& NodesOf(proto::Role role);
@@ -147,6 +149,11 @@ class JobState {
   // Starts shutting down; `failure` empty means success (done) or a plain shutdown request.
   void BeginShutdown(const std::string& failure, Clock::time_point now, Outbox* out);
   std::string MissingNodes() const;
+  // job_state_rejoin.cc: a worker registering after the rendezvous takes its rank over.
+  void RejoinWorker(const ReplyAddress& from, const proto::RegisterRequest& req,
+                    Clock::time_point now, Outbox* out);
+  // job_state_rejoin.cc: refuses a heartbeat from a process a rejoin superseded.
+  Status CheckIncarnation(const Node& node, uint64_t incarnation) const;
 
   config::ClusterConfig cluster_;
   uint64_t session_id_;

@@ -50,6 +50,10 @@ struct LaunchOptions {
   // --set gives one); once all registered, the URLs are printed on stderr and written to
   // LOG_DIR/metrics_endpoints.txt ("NAME URL" lines: coordinator, server-R, worker-R).
   bool metrics = false;
+  // --max-restarts N: a child that dies is restarted with its rank (worker --rank R; server
+  // --rank R --restore CHECKPOINT_DIR; coordinator, when killed by a signal, --recover), at most
+  // N times per process slot; 0: any death fails the job. tools/restart_policy.h has the rules.
+  int max_restarts = 3;
 };
 
 // Runs the job; returns the exit code (0 success, 1 job failure, 2 bad config / setup,
