@@ -20,6 +20,7 @@ Status DataSource::Skip(int64_t samples) {
 
 Status Trainer::ResumeAt(int64_t step) {
   if (data_ == nullptr) return FailedPrecondition("ResumeAt before Init");
+  if (step == 0) return Status::OK();  // a fresh start
   if (step < 0 || step > job_.train.steps) {
     return InvalidArgument("resume at step " + std::to_string(step) + ": outside [0, train.steps = " +
                            std::to_string(job_.train.steps) + "]");
