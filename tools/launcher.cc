@@ -332,7 +332,11 @@ int Launcher::Monitor() {
       const ExitInfo& exit = children_.exit_info(i);
       if (!exit.success()) {  // restarted, ignored or fatal: tools/restart_policy.h
         std::string why;
+        if (!coordinator_exited_ && i != coordinator_) Poll(Clock::now());  // a fresh phase: did the job fail?
         if (supervisor_->OnExit(i, Phase(), Clock::now(), &why) == RestartDecision::kFail) {
+          if (state_ && !state_->failure().empty()) {  // the job failed first: its reason
+            return Fail("the coordinator reports: " + state_->failure(), static_cast<int>(coordinator_));
+          }
           return Fail(why, static_cast<int>(i));
         }
         continue;
