@@ -15,6 +15,8 @@
 //    worker does not: the job goes on with the others, its barriers and the "every live worker
 //    reported" rule stop waiting for it. A worker that has sent its final report may exit; it is
 //    no longer expected to heartbeat and stays alive in the state.
+//  - A worker registering after the rendezvous with its rank and a new incarnation takes the
+//    rank over, dead or alive, and resumes at its clock (job_state_rejoin.cc has the rules).
 //  - The job is over once it is shutting down (done, failed, or asked to) and every live node
 //    that still runs has been told (got a reply with shutting_down) -- and every live server that
 //    registered with sends_server_report has sent its ServerReport -- or a grace period of

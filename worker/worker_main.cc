@@ -5,7 +5,9 @@
 // Registers with the coordinator (which assigns the rank and hands out the shard map), trains
 // train.steps steps, meets the other workers at the "train-done" barrier, evaluates on the
 // held-out set (rank 0), and sends its report. Exit codes: 0 success, 1 runtime failure,
-// 2 usage/config error.
+// 2 usage/config error. Started with --rank R after the rendezvous (a restarted worker), it
+// rejoins: the coordinator answers with the step its rank had reached and it trains from there
+// (coordinator/job_state_rejoin.cc, worker/trainer_resume.cc).
 #include <unistd.h>
 
 #include <algorithm>
