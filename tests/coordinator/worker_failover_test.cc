@@ -159,7 +159,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, KilledWorkerResumes, ::testing::Values("async", 
 // the servers count it again (the job still completes, every rank reaching train.steps).
 TEST_F(WorkerFailover, DeadWorkerRejoinsInBsp) {
   // Short enough to keep the test short, long enough for a loaded 2-core machine.
-  Launch("bsp.yaml", {"--set", "cluster.heartbeat_timeout_ms=4000"});
+  Launch("bsp.yaml", {"--set", "cluster.heartbeat_timeout_ms=5000"});
   ASSERT_TRUE(WaitForClock(1, kKillAt, Ms(120000))) << ReadFile(p_.err_path);
   const pid_t pid = PidOf("worker-1");
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
