@@ -123,6 +123,10 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
     ReplyError(out, from, Aborted("the job is shutting down: " + failure_));
     return;
   }
+  if (rendezvous_complete_ && req.role() == proto::ROLE_WORKER) {
+    RejoinWorker(from, req, now, out);  // job_state_rejoin.cc
+    return;
+  }
   if (rendezvous_complete_) {
     ReplyError(out, from, FailedPrecondition(
         "the rendezvous is already complete; refusing " + RoleName(req.role()) + " (pid " +
@@ -145,6 +149,7 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
   node.metrics_endpoint = req.metrics_endpoint();
   node.sends_report = req.role() == proto::ROLE_SERVER && req.sends_server_report();
   node.pending_register = from;
+  node.incarnation = req.incarnation();
   std::vector<Node>& nodes = NodesOf(req.role());
   nodes.push_back(std::move(node));
   OSPREY_LOG_INFO("{} (pid {}, host '{}') registered: {}/{} {}s", RoleName(req.role()), req.pid(),
@@ -242,6 +247,10 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   Node* node = FindNode(hb.role(), hb.rank(), &error);
   if (node == nullptr) {
     ReplyError(out, from, error);
+    return;
+  }
+  if (Status stale = CheckIncarnation(*node, hb.incarnation()); !stale.ok()) {
+    ReplyError(out, from, stale);
     return;
   }
   node->last_seen = now;
@@ -498,6 +507,7 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_heartbeats(n.heartbeats);
       ns->set_endpoint(n.endpoint);
       ns->set_metrics_endpoint(n.metrics_endpoint);
+      ns->set_rejoins(n.rejoins);
     }
   }
   s.set_shutting_down(shutting_down_);

@@ -15,6 +15,8 @@
 //    worker does not: the job goes on with the others, its barriers and the "every live worker
 //    reported" rule stop waiting for it. A worker that has sent its final report may exit; it is
 //    no longer expected to heartbeat and stays alive in the state.
+//  - A worker registering after the rendezvous with its rank and a new incarnation takes the
+//    rank over, dead or alive, and resumes at its clock (job_state_rejoin.cc has the rules).
 //  - The job is over once it is shutting down (done, failed, or asked to) and every live node
 //    that still runs has been told (got a reply with shutting_down) -- and every live server that
 //    registered with sends_server_report has sent its ServerReport -- or a grace period of
@@ -132,6 +134,8 @@ class JobState {
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
     int local_rank = 0;  // workers: place among the workers of the same host (by rank)
     int local_size = 1;
+    uint64_t incarnation = 0;  // RegisterRequest.incarnation of the process that holds the rank
+    uint32_t rejoins = 0;      // workers: processes that took the rank over (job_state_rejoin.cc)
   };
 
   std::vector<Node>& NodesOf(proto::Role role);
@@ -147,6 +151,11 @@ class JobState {
   // Starts shutting down; `failure` empty means success (done) or a plain shutdown request.
   void BeginShutdown(const std::string& failure, Clock::time_point now, Outbox* out);
   std::string MissingNodes() const;
+  // job_state_rejoin.cc: a worker registering after the rendezvous takes its rank over.
+  void RejoinWorker(const ReplyAddress& from, const proto::RegisterRequest& req,
+                    Clock::time_point now, Outbox* out);
+  // job_state_rejoin.cc: refuses a heartbeat from a process a rejoin superseded.
+  Status CheckIncarnation(const Node& node, uint64_t incarnation) const;
 
   config::ClusterConfig cluster_;
   uint64_t session_id_;

@@ -27,6 +27,7 @@
 #include "tools/metrics_endpoints.h"
 #include "tools/progress.h"
 #include "tools/report.h"
+#include "tools/supervisor.h"
 #include "tools/worker_command.h"
 
 namespace osprey::tools {
@@ -69,6 +70,12 @@ class Launcher {
   void ShowProgress(Clock::time_point now);
   void ClearProgress();
   int Fail(const std::string& why, int child);
+  // The job's phase for the restart policy, from the last polled state.
+  JobPhase Phase() const {
+    if (done_seen_) return JobPhase::kDone;
+    return (state_ && state_->shutting_down()) || coordinator_exited_ ? JobPhase::kShuttingDown
+                                                                     : JobPhase::kRunning;
+  }
   int Interrupted(int sig);
   int Finish();
 
@@ -85,6 +92,7 @@ class Launcher {
   size_t coordinator_ = 0;  // index in children_
   std::unique_ptr<coordinator::CoordinatorClient> client_;
   std::unique_ptr<ProgressMeter> progress_;
+  std::unique_ptr<Supervisor> supervisor_;  // restarts dead children (--max-restarts)
   std::unique_ptr<LocalRedis> redis_;  // store.redis.local: node | cluster (local_redis.h)
   std::optional<proto::ClusterState> state_;  // the latest polled (or final) state
   bool coordinator_exited_ = false;
@@ -234,6 +242,11 @@ Status Launcher::StartChildren() {
   const std::string pids_path = log_dir_ + "/pids.txt";
   std::unique_ptr<FILE, int (*)(FILE*)> pids(std::fopen(pids_path.c_str(), "w"), &std::fclose);
   if (!pids) return Unavailable("cannot write " + pids_path + ": " + std::strerror(errno));
+  supervisor_ = std::make_unique<Supervisor>(&children_, RestartOptions{o_.max_restarts}, pids_path,
+                                             [this](const std::string& line) {
+                                               ClearProgress();
+                                               std::fprintf(stderr, "osprey launch: %s\n", line.c_str());
+                                             });
   std::vector<std::string> common{"--config", config_path_};
   for (const std::string& s : o_.sets) common.insert(common.end(), {"--set", s});
   common.insert(common.end(), {"--set", "cluster.coordinator=" + endpoint_});
@@ -245,11 +258,17 @@ Status Launcher::StartChildren() {
   OSPREY_RETURN_IF_ERROR(
       StartChild("coordinator-0", bin_dir_ + "/osprey-coordinator", args, pids.get()));
   coordinator_ = children_.size() - 1;
+  supervisor_->Watch(coordinator_, CoordinatorRestartSpec(children_.spec(coordinator_)),
+                     /*status_is_verdict=*/true);
   std::vector<std::string> server_args = common;
   if (!restore_dir_.empty()) server_args.insert(server_args.end(), {"--restore", restore_dir_});
   for (int i = 0; i < config_.cluster.num_servers; ++i) {
+    std::vector<std::string> ranked = server_args;  // a restart takes the same rank
+    ranked.insert(ranked.end(), {"--rank", std::to_string(i)});
     OSPREY_RETURN_IF_ERROR(StartChild("server-" + std::to_string(i),
-                                      bin_dir_ + "/osprey-server", server_args, pids.get()));
+                                      bin_dir_ + "/osprey-server", ranked, pids.get()));
+    supervisor_->Watch(children_.size() - 1,
+                       ServerRestartSpec(children_.spec(children_.size() - 1), config_.checkpoint.dir));
   }
   for (int i = 0; i < config_.cluster.num_workers; ++i) {
     if (!config_.worker.command.empty()) {  // users' own scripts (tools/worker_command.h)
@@ -261,10 +280,14 @@ Status Launcher::StartChildren() {
       OSPREY_ASSIGN_OR_RETURN(size_t index, children_.Spawn(spec));
       std::fprintf(pids.get(), "%s %d\n", spec.name.c_str(), static_cast<int>(children_.pid(index)));
       std::fflush(pids.get());
+      supervisor_->Watch(index, WorkerRestartSpec(spec));
       continue;
     }
+    std::vector<std::string> ranked = common;  // a restart takes the same rank
+    ranked.insert(ranked.end(), {"--rank", std::to_string(i)});
     OSPREY_RETURN_IF_ERROR(StartChild("worker-" + std::to_string(i),
-                                      bin_dir_ + "/osprey-worker", common, pids.get()));
+                                      bin_dir_ + "/osprey-worker", ranked, pids.get()));
+    supervisor_->Watch(children_.size() - 1, WorkerRestartSpec(children_.spec(children_.size() - 1)));
   }
   return Status::OK();
 }
@@ -307,14 +330,27 @@ int Launcher::Monitor() {
     for (size_t i : children_.ReapExited()) {
       last_change_ = Clock::now();
       const ExitInfo& exit = children_.exit_info(i);
-      if (!exit.success()) {
-        return Fail(children_.spec(i).name + " (pid " + std::to_string(children_.pid(i)) + ") " +
-                        exit.ToString(), static_cast<int>(i));
+      if (!exit.success()) {  // restarted, ignored or fatal: tools/restart_policy.h
+        std::string why;
+        if (!coordinator_exited_ && i != coordinator_) Poll(Clock::now());  // a fresh phase: did the job fail?
+        if (supervisor_->OnExit(i, Phase(), Clock::now(), &why) == RestartDecision::kFail) {
+          if (state_ && !state_->failure().empty()) {  // the job failed first: its reason
+            return Fail("the coordinator reports: " + state_->failure(), static_cast<int>(coordinator_));
+          }
+          return Fail(why, static_cast<int>(i));
+        }
+        continue;
       }
       if (i == coordinator_) OnCoordinatorExit();
     }
-    if (children_.running() == 0) return Finish();
     const Clock::time_point now = Clock::now();
+    std::vector<std::pair<size_t, size_t>> restarted;
+    if (Status st = supervisor_->StartDue(now, &restarted); !st.ok()) return Fail(st.message(), -1);
+    for (const auto& [dead, replacement] : restarted) {
+      if (dead == coordinator_) coordinator_ = replacement;
+      last_change_ = now;
+    }
+    if (children_.running() == 0 && !supervisor_->pending()) return Finish();
     if (!coordinator_exited_ && now >= next_poll) {
       Poll(now);
       next_poll = now + Ms(o_.poll_interval_ms);

@@ -14,8 +14,10 @@
 //     also gets `--final-state LOG_DIR/final_state.pb` (see coordinator/final_state.h).
 //  4. Poll the coordinator (OP_CLUSTER_STATE) every poll_interval_ms and show progress on stderr:
 //     an updating line on a TTY, a plain line every 5 s otherwise, nothing with --quiet.
-//  5. Fail (stop every child, print which process failed with the last 20 lines of its log,
-//     return 1) when a child exits non-zero or is killed, the coordinator reports a failure,
+//  5. A child that exits non-zero or is killed is restarted with its rank (--max-restarts,
+//     tools/restart_policy.h; servers and workers are started with --rank R for that).
+//     Fail (stop every child, print which process failed with the last 20 lines of its log,
+//     return 1) when a child's death is not restarted, the coordinator reports a failure,
 //     nothing moved for stall_timeout_s, or processes linger long after the job is done.
 //  6. On SIGINT / SIGTERM / SIGHUP: stop every child (SIGTERM, 3 s, SIGKILL, reap) and return
 //     128 + the signal number.
@@ -50,6 +52,10 @@ struct LaunchOptions {
   // --set gives one); once all registered, the URLs are printed on stderr and written to
   // LOG_DIR/metrics_endpoints.txt ("NAME URL" lines: coordinator, server-R, worker-R).
   bool metrics = false;
+  // --max-restarts N: a child that dies is restarted with its rank (worker --rank R; server
+  // --rank R --restore CHECKPOINT_DIR; coordinator, when killed by a signal, --recover), at most
+  // N times per process slot; 0: any death fails the job. tools/restart_policy.h has the rules.
+  int max_restarts = 3;
 };
 
 // Runs the job; returns the exit code (0 success, 1 job failure, 2 bad config / setup,

@@ -54,6 +54,11 @@ int main(int argc, char** argv) {
                          "resume from this checkpoint directory (passed to every server; the "
                          "checkpoint may come from another server count)");
   launch_cmd->add_flag("--quiet", launch.quiet, "no progress line");
+  launch_cmd->add_option("--max-restarts", launch.max_restarts,
+                         "restart a dead process with its rank at most N times (per process; 0: a "
+                         "death fails the job)")
+      ->default_val(3)
+      ->check(CLI::NonNegativeNumber);
   launch_cmd->add_flag("--metrics", launch.metrics,
                        "serve Prometheus metrics from every process and print the endpoints");
   launch_cmd->add_option("--stall-timeout", launch.stall_timeout_s,

@@ -23,6 +23,10 @@ class SyntheticSource : public DataSource {
     gen_->NextBatch(batch_size, out);
     return Status::OK();
   }
+  Status Skip(int64_t samples) override {  // sample i is a pure function of (stream, i)
+    gen_->SeekToSample(gen_->next_sample() + static_cast<uint64_t>(samples));
+    return Status::OK();
+  }
 
  private:
   std::unique_ptr<data::SyntheticGenerator> gen_;
@@ -45,6 +49,22 @@ class CriteoSource : public DataSource {
       return Next(batch_size, out);
     }
     if (out->size > 0) empty_pass_ = false;
+    return Status::OK();
+  }
+  // By line, without parsing; wraps around like Next (a shard of n lines skips `samples` mod n).
+  Status Skip(int64_t samples) override {
+    int64_t pass = 0;  // skipped since the last reopen
+    while (samples > 0) {
+      int64_t skipped = 0;
+      OSPREY_RETURN_IF_ERROR(reader_->SkipSamples(samples, &skipped));
+      samples -= skipped;
+      pass += skipped;
+      if (samples == 0 || !wrap_) break;
+      if (pass == 0) break;  // an empty shard
+      OSPREY_RETURN_IF_ERROR(Open());
+      samples %= pass;  // whole passes over the shard change nothing
+      pass = 0;
+    }
     return Status::OK();
   }
 
@@ -199,7 +219,7 @@ Status Trainer::Step(data::Batch* batch) {
   push_tickets_.push_back(client_->PushDense(dense_table_, dense_grad_.data(), clock,
                                              client_->version(dense_table_)));
   times_.push += Since(t5);
-  double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
+  double avg = step_.load() == first_step_ ? loss : 0.95 * loss_.load() + 0.05 * loss;
   loss_.store(avg);
   samples_.fetch_add(batch->size);
   step_.fetch_add(1);
@@ -209,7 +229,7 @@ Status Trainer::Step(data::Batch* batch) {
 Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
   auto start = std::chrono::steady_clock::now();
   data::Batch batch;
-  for (int64_t i = 0; i < job_.train.steps; ++i) {
+  for (int64_t i = first_step_; i < job_.train.steps; ++i) {
     const StepTimes before = times_;
     const uint64_t samples_before = samples_.load();
     const auto step_start = std::chrono::steady_clock::now();

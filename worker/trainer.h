@@ -37,6 +37,9 @@ class DataSource {
   virtual ~DataSource() = default;
   // Fills `out` with `batch_size` samples (fewer only when a finite source ends; 0 = ended).
   virtual Status Next(int batch_size, data::Batch* out) = 0;
+  // Moves past the next `samples` samples, as if read (a restarted worker resuming its stream).
+  // This default reads and drops them; the synthetic stream seeks, the Criteo reader skips lines.
+  virtual Status Skip(int64_t samples);
 };
 
 // Training stream of worker `rank` (train=true) or the held-out evaluation stream (train=false).
@@ -86,6 +89,13 @@ class TrainLoop {
   // Per-step metrics (worker_metrics.h) into `registry`, which must outlive the loop; call
   // before Run. Loops that do not count per step ignore it.
   virtual void SetMetrics(metrics::Registry* registry) {}
+  // A restarted worker (the coordinator's RegisterReply.resume_clock): after Init, continue at
+  // step `step` -- the data stream moves past step * batch_size samples and Run() trains the
+  // steps from `step` to train.steps, so progress() and the report count the rank's whole job.
+  // Unimplemented for a loop that cannot resume.
+  virtual Status ResumeAt(int64_t step) {
+    return step == 0 ? Status::OK() : Unimplemented("this training loop cannot resume at a step");
+  }
 };
 
 // Shared by both loops: AUC and logloss of held-out predictions, and the oracle's AUC when the
@@ -114,6 +124,7 @@ class Trainer final : public TrainLoop {
   double train_seconds() const override { return train_seconds_; }
   void FillReport(proto::WorkerReport* report) const override;
   void SetMetrics(metrics::Registry* registry) override;
+  Status ResumeAt(int64_t step) override;  // trainer_resume.cc
   // Dense push compression so far (all zero when the dense table is not compressed).
   CompressionStats compression_stats() const;
   StepTimes step_times() const { return times_; }
@@ -143,6 +154,7 @@ class Trainer final : public TrainLoop {
   std::vector<Ticket> push_tickets_;
 
   uint64_t rows_pulled_ = 0;
+  int64_t first_step_ = 0;  // ResumeAt
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};

@@ -5,13 +5,16 @@
 // Registers with the coordinator (which assigns the rank and hands out the shard map), trains
 // train.steps steps, meets the other workers at the "train-done" barrier, evaluates on the
 // held-out set (rank 0), and sends its report. Exit codes: 0 success, 1 runtime failure,
-// 2 usage/config error.
+// 2 usage/config error. Started with --rank R after the rendezvous (a restarted worker), it
+// rejoins: the coordinator answers with the step its rank had reached and it trains from there
+// (coordinator/job_state_rejoin.cc, worker/trainer_resume.cc).
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <random>
 #include <string>
 
 #include "job/node_flags.h"
@@ -35,8 +38,16 @@ int Fail(const Status& s, const char* what) {
 }
 
 // Registers this process as a worker; the reply carries the rank and the shard map.
+// Random per process start: a restarted worker (same rank) supersedes its old process with it.
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return v;
+}
+
 StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job,
-                                        int rank, const std::string& metrics_endpoint) {
+                                        int rank, const std::string& metrics_endpoint, uint64_t incarnation) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_WORKER);
   char hostname[256] = "localhost";
@@ -45,6 +56,7 @@ StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, c
   req.set_pid(getpid());
   req.set_requested_rank(rank);
   req.set_metrics_endpoint(metrics_endpoint);
+  req.set_incarnation(incarnation);
   return coord->Register(req, job.cluster.startup_timeout_ms);
 }
 
@@ -66,16 +78,18 @@ worker::HostGroup MakeHostGroup(const proto::RegisterReply& reg, coordinator::Co
 // Heartbeats carry the trainer's progress; a job shutting down on a failure, or a lost
 // coordinator, stops the client, which fails every outstanding request so training stops now.
 Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobConfig& job, int rank,
-                       worker::TrainLoop* trainer, worker::Client* client, std::atomic<bool>* aborted) {
+                       uint64_t incarnation, int64_t resume_at, worker::TrainLoop* trainer, worker::Client* client,
+                       std::atomic<bool>* aborted) {
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = job.cluster.heartbeat_interval_ms;
   hb.timeout_ms = job.cluster.heartbeat_timeout_ms;
-  hb.fill = [trainer, rank] {
+  hb.fill = [trainer, rank, incarnation, resume_at] {
     worker::Progress p = trainer->progress();
     proto::Heartbeat h;
     h.set_role(proto::ROLE_WORKER);
     h.set_rank(rank);
-    h.set_clock(p.step);
+    h.set_incarnation(incarnation);
+    h.set_clock(std::max(p.step, resume_at));  // a restarted worker never reports less than its rank reached
     h.set_loss(p.loss);
     h.set_samples(p.samples);
     return h;
@@ -130,12 +144,15 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
 }
 
 // Init, train, the train-done barrier, evaluation and the report; returns the exit code.
+// `resume_at`: a restarted worker's first step (RegisterReply.resume_clock), else 0.
 int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* coord, worker::Client* client,
-                   const config::JobConfig& job, int rank, int num_workers) {
+                   const config::JobConfig& job, int rank, int num_workers, int64_t resume_at) {
   OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job.train.steps,
                   job.train.batch_size);
   Status s = trainer->Init();
   if (!s.ok()) return Fail(s, "init");
+  s = trainer->ResumeAt(resume_at);
+  if (!s.ok()) return Fail(s, "resume");
   s = trainer->Run([rank](const worker::Progress& p) {
     OSPREY_LOG_DEBUG("worker {} step {} loss {:.4f}", rank, p.step, p.loss);
   });
@@ -198,9 +215,14 @@ int main(int argc, char** argv) {
     if (!started.ok()) return Fail(started.status(), "metrics");
     exposer = std::move(*started);
   }
-  auto reg = Register(coord->get(), job, flags.rank, exposer ? exposer->url() : "");
+  const uint64_t incarnation = NewIncarnation();
+  auto reg = Register(coord->get(), job, flags.rank, exposer ? exposer->url() : "", incarnation);
   if (!reg.ok()) return Fail(reg.status(), "register");
   const int rank = reg->rank();
+  if (reg->rejoined()) {
+    OSPREY_LOG_WARN("worker {} rejoined the running job (incarnation {:x}); its rank had reached step {}", rank,
+                    incarnation, reg->resume_clock());
+  }
   const int num_workers = reg->num_workers();
 
   worker::ClientOptions copts;
@@ -234,9 +256,11 @@ int main(int argc, char** argv) {
     OSPREY_LOG_INFO("worker {} metrics on {}", rank, exposer->url());
   }
   std::atomic<bool> aborted{false};
-  s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &client, &aborted);
+  const int64_t resume_at = reg->rejoined() ? reg->resume_clock() : 0;
+  s = StartHeartbeats(coord->get(), job, rank, incarnation, resume_at, trainer.get(), &client, &aborted);
   if (!s.ok()) return Fail(s, "heartbeats");
-  if (int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers); rc != 0) return rc;
+  if (int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers, resume_at);
+      rc != 0) return rc;
   (*coord)->Stop();
   client.Stop();
   return 0;

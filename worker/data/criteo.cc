@@ -87,6 +87,19 @@ Status CriteoReader::Next(int batch_size, Batch* out) {
   return Status::OK();
 }
 
+Status CriteoReader::SkipSamples(int64_t n, int64_t* skipped) {
+  *skipped = 0;
+  while (*skipped < n) {
+    const char* begin;
+    const char* end;
+    bool found;
+    OSPREY_RETURN_IF_ERROR(NextLine(&begin, &end, &found));
+    if (!found) break;
+    if ((line_number_ - 1) % num_shards_ == shard_) ++*skipped;
+  }
+  return Status::OK();
+}
+
 Status CriteoReader::NextLine(const char** begin, const char** end, bool* found) {
   for (;;) {
     const char* data = buffer_.data();

@@ -57,6 +57,11 @@ class CriteoReader {
   // malformed line (see above), DataLoss for a read error.
   Status Next(int batch_size, Batch* out);
 
+  // Moves past the next `n` samples (lines) of this shard without parsing them, e.g. to resume a
+  // restarted worker's stream; *skipped < n only at the end of the file. Errors: DataLoss for a
+  // read error.
+  Status SkipSamples(int64_t n, int64_t* skipped);
+
   const std::string& path() const { return path_; }
   // Lines of the whole file consumed so far (all shards).
   int64_t lines_read() const { return line_number_; }

@@ -1,0 +1,38 @@
+// A restarted worker resumes its rank's work (issue 12, worker failover): the coordinator's
+// RegisterReply.resume_clock says at which step; the data stream moves past the samples the
+// rank's earlier process consumed, so the rank sees each sample of its stream once (up to the
+// few steps between the old process's last heartbeat and its death, which are trained again).
+#include "common/logging.h"
+#include "worker/trainer.h"
+
+namespace osprey::worker {
+
+Status DataSource::Skip(int64_t samples) {
+  data::Batch batch;
+  while (samples > 0) {
+    const int n = static_cast<int>(std::min<int64_t>(samples, 4096));
+    OSPREY_RETURN_IF_ERROR(Next(n, &batch));
+    if (batch.size == 0) break;
+    samples -= batch.size;
+  }
+  return Status::OK();
+}
+
+Status Trainer::ResumeAt(int64_t step) {
+  if (data_ == nullptr) return FailedPrecondition("ResumeAt before Init");
+  if (step == 0) return Status::OK();  // a fresh start
+  if (step < 0 || step > job_.train.steps) {
+    return InvalidArgument("resume at step " + std::to_string(step) + ": outside [0, train.steps = " +
+                           std::to_string(job_.train.steps) + "]");
+  }
+  const int64_t samples = step * job_.train.batch_size;
+  OSPREY_RETURN_IF_ERROR(data_->Skip(samples));
+  first_step_ = step;
+  step_.store(step);
+  samples_.store(static_cast<uint64_t>(samples));  // a full batch per step before the restart
+  OSPREY_LOG_INFO("worker {} resumes at step {} of {} (skipped {} samples of its stream)", rank_, step,
+                  job_.train.steps, samples);
+  return Status::OK();
+}
+
+}  // namespace osprey::worker
