@@ -123,6 +123,10 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
     ReplyError(out, from, Aborted("the job is shutting down: " + failure_));
     return;
   }
+  if (IsServerReplacement(req)) {
+    OnReplaceServer(from, req, now, out);
+    return;
+  }
   if (rendezvous_complete_) {
     ReplyError(out, from, FailedPrecondition(
         "the rendezvous is already complete; refusing " + RoleName(req.role()) + " (pid " +
@@ -145,6 +149,7 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
   node.metrics_endpoint = req.metrics_endpoint();
   node.sends_report = req.role() == proto::ROLE_SERVER && req.sends_server_report();
   node.pending_register = from;
+  node.incarnation = req.incarnation();
   std::vector<Node>& nodes = NodesOf(req.role());
   nodes.push_back(std::move(node));
   OSPREY_LOG_INFO("{} (pid {}, host '{}') registered: {}/{} {}s", RoleName(req.role()), req.pid(),
@@ -179,6 +184,7 @@ void JobState::CompleteRendezvous(Clock::time_point now, Outbox* out) {
     }
   }
   shard_map_.set_epoch(1);
+  shard_map_.set_placement_epoch(1);
   for (const Node& s : servers_) shard_map_.add_server_endpoints(s.endpoint);
   rendezvous_complete_ = true;
   proto::RegisterReply reply;
@@ -242,6 +248,10 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   Node* node = FindNode(hb.role(), hb.rank(), &error);
   if (node == nullptr) {
     ReplyError(out, from, error);
+    return;
+  }
+  if (Status stale = CheckIncarnation(*node, hb.incarnation()); !stale.ok()) {
+    ReplyError(out, from, stale);
     return;
   }
   node->last_seen = now;
@@ -402,6 +412,7 @@ void JobState::Tick(Clock::time_point now, Outbox* out) {
       if (now - n.last_seen > Ms(cluster_.heartbeat_timeout_ms)) MarkDead(n, now, out);
     }
   }
+  FailUnreplacedServers(now, out);
 }
 
 void JobState::MarkDead(Node& node, Clock::time_point now, Outbox* out) {
@@ -409,8 +420,7 @@ void JobState::MarkDead(Node& node, Clock::time_point now, Outbox* out) {
   std::string what = NodeName(node.role, node.rank, node.pid) + " sent no heartbeat for " +
                      std::to_string(cluster_.heartbeat_timeout_ms) + " ms";
   if (node.role == proto::ROLE_SERVER) {
-    OSPREY_LOG_ERROR("{}: marked dead; a dead server fails the job", what);
-    BeginShutdown(what + " (server at " + node.endpoint + " is dead)", now, out);
+    OnServerDead(node, what, now, out);
     return;
   }
   OSPREY_LOG_WARN("{}: marked dead; the job goes on with the other workers", what);
@@ -498,6 +508,8 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_heartbeats(n.heartbeats);
       ns->set_endpoint(n.endpoint);
       ns->set_metrics_endpoint(n.metrics_endpoint);
+      ns->set_incarnation(n.incarnation);
+      ns->set_replacements(n.replacements);
     }
   }
   s.set_shutting_down(shutting_down_);

@@ -11,7 +11,8 @@
 //  - Ranks: a node's requested_rank if >= 0, otherwise the free ranks in registration order,
 //    assigned when the last node registers. Replies are held until then.
 //  - A node is expected to heartbeat from the moment the rendezvous completes; one silent for
-//    cluster.heartbeat_timeout_ms is marked dead (logged once). A dead server fails the job. A dead
+//    cluster.heartbeat_timeout_ms is marked dead (logged once). A dead server fails the job unless
+//    a replacement registers within cluster.server_replace_timeout_ms (job_state_replace.cc). A dead
 //    worker does not: the job goes on with the others, its barriers and the "every live worker
 //    reported" rule stop waiting for it. A worker that has sent its final report may exit; it is
 //    no longer expected to heartbeat and stays alive in the state.
@@ -132,6 +133,9 @@ class JobState {
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
     int local_rank = 0;  // workers: place among the workers of the same host (by rank)
     int local_size = 1;
+    uint64_t incarnation = 0;  // server failover (job_state_replace.cc)
+    Clock::time_point dead_since;
+    uint32_t replacements = 0;
   };
 
   std::vector<Node>& NodesOf(proto::Role role);
@@ -147,6 +151,14 @@ class JobState {
   // Starts shutting down; `failure` empty means success (done) or a plain shutdown request.
   void BeginShutdown(const std::string& failure, Clock::time_point now, Outbox* out);
   std::string MissingNodes() const;
+  // Server failover (job_state_replace.cc): a registration after the rendezvous that replaces a
+  // server rank's process (a new incarnation), the wait for one, and stale incarnations.
+  bool IsServerReplacement(const proto::RegisterRequest& req) const;
+  void OnReplaceServer(const ReplyAddress& from, const proto::RegisterRequest& req,
+                       Clock::time_point now, Outbox* out);
+  void OnServerDead(Node& node, const std::string& what, Clock::time_point now, Outbox* out);
+  void FailUnreplacedServers(Clock::time_point now, Outbox* out);
+  Status CheckIncarnation(const Node& node, uint64_t incarnation) const;
 
   config::ClusterConfig cluster_;
   uint64_t session_id_;

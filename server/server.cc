@@ -169,6 +169,7 @@ ServerStatsSnapshot Server::stats() const {
   s.gradients_not_admitted = counters_.lifecycle.gradients_dropped.load();
   s.rows_evicted_ttl = counters_.lifecycle.evicted_ttl.load();
   s.rows_evicted_cap = counters_.lifecycle.evicted_cap.load();
+  s.pushes_deduplicated = pushes_deduplicated_.load();
   s.bad_headers = bad_headers_.load();
   s.limit_refusals = limit_refusals_.load();
   s.held_bytes = budget_->held_bytes();
@@ -257,11 +258,21 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
     if (!s.ok() && !failed_before) OSPREY_LOG_ERROR("{}", s.ToString());
     return Status::OK();
   }
+  const bool push = h.op() == proto::OP_PUSH_SPARSE || h.op() == proto::OP_PUSH_DENSE;
+  if (push && dedup_.Seen(h.worker_rank(), h.worker_incarnation(), h.request_id())) {
+    // A re-send of a push already applied (server failover): acknowledged, not applied again.
+    pushes_deduplicated_.fetch_add(1, std::memory_order_relaxed);
+    reply->set_version(r.table->version());
+    reply->set_num_keys(0);
+    reply->set_value_bytes(0);
+    return Status::OK();
+  }
   if (h.op() == proto::OP_INIT_DENSE) {
     OSPREY_RETURN_IF_ERROR(store_->InitChunks(h.table(), msg.keys.as<uint64_t>(), h.num_keys(),
                                               r.values.as<float>()));
   } else {
     OSPREY_RETURN_IF_ERROR(ExecutePush(h, msg, r, reply, answered_later));
+    dedup_.Record(h.worker_rank(), h.worker_incarnation(), h.request_id());
   }
   reply->set_version(r.table->version());
   reply->set_num_keys(0);
@@ -353,7 +364,10 @@ Status Server::ValidateData(const proto::Header& h, const Message& msg, DataRequ
                            (sparse_op ? "dense" : "sparse") + " but the op is for " +
                            (sparse_op ? "sparse" : "dense") + " tables");
   }
-  if (h.epoch() != epoch_) {
+  // A server replacement bumps the epoch without moving rows (ShardMap.placement_epoch): a
+  // request routed with any epoch since the placement began is served.
+  // A map without placement_epoch (0) accepts its own epoch only.
+  if (h.epoch() < placement_epoch_ || (!placement_known_ && h.epoch() != epoch_)) {
     return FailedPrecondition("shard-map epoch " + std::to_string(h.epoch()) +
                               " is not the current epoch " + std::to_string(epoch_));
   }

@@ -43,6 +43,7 @@
 #include "server/op_auth.h"
 #include "server/hold_budget.h"
 #include "server/log_limiter.h"
+#include "server/push_dedup.h"
 #include "server/replier.h"
 #include "server/store.h"
 #include "server/table_shard.h"
@@ -73,6 +74,7 @@ struct ServerStatsSnapshot {
   // (common/config/limits_config.h: frame size, key count, held requests).
   uint64_t bad_headers = 0;
   uint64_t limit_refusals = 0;
+  uint64_t pushes_deduplicated = 0;  // re-sent pushes answered without applying (push_dedup.h)
   uint64_t held_bytes = 0;      // now: memory of the requests held unanswered (HoldBudget)
   uint64_t held_requests = 0;   // now: how many
   // staleness[0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds larger. One entry
@@ -205,6 +207,8 @@ class Server : private Replier {
   mutable Mutex work_mu_;
   std::atomic<int> rank_{-1};  // written once by Activate
   uint64_t epoch_ GUARDED_BY(work_mu_) = 0;
+  uint64_t placement_epoch_ GUARDED_BY(work_mu_) = 0;  // ShardMap.placement_epoch (0: epoch_)
+  bool placement_known_ GUARDED_BY(work_mu_) = false;  // the map had a placement_epoch
   int num_servers_ GUARDED_BY(work_mu_) = 0;
   std::vector<std::unique_ptr<TableShard>> tables_ GUARDED_BY(work_mu_);
   std::vector<int> live_ GUARDED_BY(work_mu_);
@@ -214,6 +218,8 @@ class Server : private Replier {
   std::thread timer_;
 
   ServerCounters counters_;
+  PushDedup dedup_ GUARDED_BY(work_mu_);  // applied pushes by (worker, incarnation, request id)
+  std::atomic<uint64_t> pushes_deduplicated_{0};
   config::CheckpointConfig checkpoint_ GUARDED_BY(work_mu_);
   std::string restore_dir_ GUARDED_BY(work_mu_);
   std::vector<config::TableConfig> table_configs_ GUARDED_BY(work_mu_);

@@ -41,6 +41,8 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
     MutexLock work(&work_mu_);
     rank_.store(rank, std::memory_order_release);
     epoch_ = map.epoch();
+    placement_epoch_ = map.placement_epoch() != 0 ? map.placement_epoch() : map.epoch();
+    placement_known_ = map.placement_epoch() != 0;
     num_servers_ = map.server_endpoints_size();
     OSPREY_RETURN_IF_ERROR(CreateTables(map, tables, &timer));
     table_configs_ = tables;

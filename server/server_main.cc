@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "job/node_flags.h"
+#include "common/incarnation.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
@@ -91,6 +92,7 @@ StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* co
   req.set_requested_rank(rank);
   req.set_sends_server_report(true);
   req.set_metrics_endpoint(metrics_endpoint);
+  req.set_incarnation(ProcessIncarnation());
   return coord->Register(req, timeout_ms);
 }
 
@@ -101,10 +103,18 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = cluster.heartbeat_interval_ms;
   hb.timeout_ms = cluster.heartbeat_timeout_ms;
-  hb.fill = [rank] {
+  hb.fill = [rank, srv] {
     proto::Heartbeat h;
     h.set_role(proto::ROLE_SERVER);
     h.set_rank(rank);
+    h.set_incarnation(ProcessIncarnation());
+    // What a replacement's restore is measured against (server failover): optimizer steps and
+    // pushes applied, including those restored.
+    server::ServerStatsSnapshot st = srv->stats();
+    uint64_t restored = 0;
+    for (uint64_t v : srv->restored_versions()) restored += v;
+    h.set_clock(static_cast<int64_t>(st.windows_applied + restored));
+    h.set_samples(st.pushes_applied);
     return h;
   };
   hb.on_state = [srv, finished](const proto::ClusterState& st) {
@@ -121,6 +131,33 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
     lost->store(true);
   };
   return hb;
+}
+
+// Server failover: what this replacement's restore lost against the old process's last
+// heartbeat (its optimizer steps and pushes), logged and carried by the ServerReport.
+struct ReplacementLoss {
+  bool replacement = false;
+  uint64_t steps_lost = 0;
+  uint64_t pushes_lost = 0;
+};
+ReplacementLoss MeasureReplacement(const proto::RegisterReply& reg, server::Server* srv) {
+  ReplacementLoss loss;
+  if (!reg.replaced()) return loss;
+  loss.replacement = true;
+  uint64_t restored = 0;
+  for (uint64_t v : srv->restored_versions()) restored += v;
+  loss.steps_lost = reg.replaced_steps() > restored ? reg.replaced_steps() - restored : 0;
+  // Pushes are not in a checkpoint: with one optimizer step per push (async, merge_max_pushes 1)
+  // the steps lost are the pushes lost; otherwise scaled by the old process's pushes per step.
+  loss.pushes_lost = reg.replaced_steps() == 0 ? 0
+                     : static_cast<uint64_t>(static_cast<double>(loss.steps_lost) *
+                                             static_cast<double>(reg.replaced_pushes()) /
+                                             static_cast<double>(reg.replaced_steps()) + 0.5);
+  OSPREY_LOG_WARN("server {} is a replacement (epoch {}): restored {} optimizer steps; the old process "
+                  "had reported {} steps and {} pushes: {} steps (~{} pushes) lost since the checkpoint",
+                  reg.rank(), reg.shard_map().epoch(), restored, reg.replaced_steps(), reg.replaced_pushes(),
+                  loss.steps_lost, loss.pushes_lost);
+  return loss;
 }
 
 void LogFinalStats(int rank, const server::ServerStatsSnapshot& st, const server::DecodeStats& ds) {
@@ -226,6 +263,7 @@ int main(int argc, char** argv) {
   s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
   if (!s.ok()) return Fail(s, "activate");
   OSPREY_LOG_INFO("server {} of {} serving on {}", reg->rank(), reg->num_servers(), *bound);
+  const ReplacementLoss loss = MeasureReplacement(*reg, &srv);
   if (exposer) OSPREY_LOG_INFO("server {} metrics on {}", reg->rank(), exposer->url());
 
   std::atomic<bool> finished{false};
@@ -245,6 +283,10 @@ int main(int argc, char** argv) {
     // down), so waiting longer than that for the reply is pointless.
     const int timeout_ms = std::min(job->cluster.heartbeat_timeout_ms, job->client.timeout_ms);
     proto::ServerReport report = MakeServerReport(rank, st, ds);
+    report.set_replacement(loss.replacement);
+    report.set_steps_lost(loss.steps_lost);
+    report.set_pushes_lost(loss.pushes_lost);
+    report.set_pushes_deduplicated(st.pushes_deduplicated);
     report.mutable_stats()->set_redis_unflushed_rows(srv.unflushed_rows());
     Status sent = (*coord)->ReportServer(report, timeout_ms);
     if (!sent.ok()) {

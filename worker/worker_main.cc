@@ -15,6 +15,7 @@
 #include <string>
 
 #include "job/node_flags.h"
+#include "common/incarnation.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
@@ -45,6 +46,7 @@ StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, c
   req.set_pid(getpid());
   req.set_requested_rank(rank);
   req.set_metrics_endpoint(metrics_endpoint);
+  req.set_incarnation(ProcessIncarnation());
   return coord->Register(req, job.cluster.startup_timeout_ms);
 }
 
@@ -78,9 +80,11 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_clock(p.step);
     h.set_loss(p.loss);
     h.set_samples(p.samples);
+    h.set_incarnation(ProcessIncarnation());
     return h;
   };
   hb.on_state = [client, aborted](const proto::ClusterState& st) {
+    client->OnClusterState(st);  // server failover: dead servers, replacements (client_failover.cc)
     if (st.shutting_down() && !st.failure().empty() && !aborted->exchange(true)) {
       OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
       client->Stop();
@@ -157,6 +161,8 @@ int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* c
   worker::ClientStats cs = client->stats();
   report.set_bytes_pushed(cs.bytes_pushed);
   report.set_bytes_pulled(cs.bytes_pulled);
+  report.set_pushes_acked(cs.pushes_acked);
+  report.set_requests_resent(client->requests_resent());
   trainer->FillReport(&report);
   LogReport(report, rank, cs);
   s = coord->Report(report, job.client.timeout_ms);
@@ -207,6 +213,8 @@ int main(int argc, char** argv) {
   copts.worker_rank = rank;
   copts.timeout_ms = job.client.timeout_ms;
   copts.max_inflight = job.client.max_inflight;
+  copts.incarnation = ProcessIncarnation();
+  copts.replace_timeout_ms = job.cluster.server_replace_timeout_ms;
   // Data plane per cluster.transport (rdma too); the coordinator stays on ZeroMQ (data_transport.h).
   auto dtransport = rdma::MakeDataTransport(job, *data_options);
   if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
