@@ -1,0 +1,269 @@
+// Server failover with real processes (issue 12, item 1): the test starts osprey-coordinator, two
+// osprey-server (--rank 0, 1) and two osprey-worker processes itself, as a scheduler would, then
+// kills server 1 with SIGKILL three times at random steps, each time starting a replacement by
+// hand right away (`osprey-server --rank 1 --restore CKPT`, a new incarnation: the coordinator
+// takes it at once, bumps the shard-map epoch, and the workers re-send what the dead server left
+// unanswered). The job must complete, every surviving process exit 0, and rank 0's held-out AUC
+// be within 0.003 of an undisturbed run of the same job in the same test (native store: each
+// restore rolls server 1 back to its last checkpoint, every 10 optimizer steps here).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/transport.h"
+#include "coordinator/coordinator_client.h"
+#include "tests/testing/free_port.h"
+#include "tests/testing/test_env.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using osprey::testing::EnvOr;
+using osprey::testing::ReadFile;
+
+constexpr int kSteps = 400;
+constexpr int kKills = 3;
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  bool reaped = false;
+  int status = 0;
+};
+
+// The processes of one job; whatever still runs at the end is killed and reaped.
+class Job {
+ public:
+  Job(const std::string& config, std::vector<std::string> sets, const std::string& dir) : dir_(dir) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    bin_ = EnvOr("OSPREY_BIN_DIR", "build/bin");
+    common_ = {"--config", EnvOr("OSPREY_SOURCE_DIR", ".") + "/configs/" + config};
+    endpoint_ = "tcp://127.0.0.1:" + std::to_string(osprey::testing::FreePort());
+    sets.push_back("cluster.coordinator=" + endpoint_);
+    sets.push_back("checkpoint.dir=" + ckpt());
+    for (const auto& s : sets) common_.insert(common_.end(), {"--set", s});
+  }
+  ~Job() {
+    coord_.reset();
+    for (auto& c : children_) {
+      if (!c.reaped && c.pid > 0) {
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+      }
+    }
+  }
+  std::string ckpt() const { return dir_ + "/ckpt"; }
+  std::string log(const std::string& name) const { return dir_ + "/" + name + ".log"; }
+
+  void Start() {
+    Spawn("coordinator", "osprey-coordinator", {});
+    Spawn("server-0", "osprey-server", {"--rank", "0"});
+    Spawn("server-1", "osprey-server", {"--rank", "1"});
+    Spawn("worker-0", "osprey-worker", {"--rank", "0"});
+    Spawn("worker-1", "osprey-worker", {"--rank", "1"});
+  }
+  void Spawn(const std::string& name, const std::string& binary, std::vector<std::string> extra) {
+    std::vector<std::string> args = common_;
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string path = bin_ + "/" + binary;
+    std::string logp = log(name);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(logp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      std::vector<char*> argv{const_cast<char*>(path.c_str())};
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(path.c_str(), argv.data());
+      ::_exit(127);
+    }
+    children_.push_back(Child{name, pid});
+  }
+  Child& child(const std::string& name) {
+    for (auto& c : children_) {
+      if (c.name == name) return c;
+    }
+    throw std::runtime_error("no child " + name);
+  }
+  bool Exited(Child& c) {
+    int st = 0;
+    if (!c.reaped && ::waitpid(c.pid, &st, WNOHANG) == c.pid) {
+      c.reaped = true;
+      c.status = st;
+    }
+    return c.reaped;
+  }
+  // Polls `pred` every 20 ms until true or `seconds`; false early when a worker exited.
+  bool WaitFor(const std::function<bool()>& pred, int seconds) {
+    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+    while (Clock::now() < deadline) {
+      if (pred()) return true;
+      if (Exited(child("worker-0")) || Exited(child("worker-1"))) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  bool WaitAll(int seconds) {
+    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+    while (Clock::now() < deadline) {
+      bool all = true;
+      for (auto& c : children_) all = Exited(c) && all;
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // The coordinator's record of (role, rank); false when not known.
+  bool Node(osprey::proto::Role role, int rank, osprey::proto::NodeState* out) {
+    if (!coord_) {
+      auto t = osprey::MakeTransport(osprey::TransportOptions{});
+      if (!t.ok()) return false;
+      auto c = osprey::coordinator::CoordinatorClient::Create(std::move(t).value(), endpoint_);
+      if (!c.ok()) return false;
+      coord_ = std::move(c).value();
+    }
+    auto st = coord_->GetState(1000);
+    if (!st.ok()) return false;
+    for (const auto& n : st->nodes()) {
+      if (n.role() == role && n.rank() == rank) {
+        *out = n;
+        return true;
+      }
+    }
+    return false;
+  }
+  long Step(int worker) {
+    osprey::proto::NodeState n;
+    return Node(osprey::proto::ROLE_WORKER, worker, &n) ? n.clock() : -1;
+  }
+  std::vector<Child>& children() { return children_; }
+  std::string Logs() const {
+    std::string out;
+    for (const auto& c : children_) out += "---- " + c.name + "\n" + ReadFile(log(c.name));
+    return out;
+  }
+
+ private:
+  std::string dir_, bin_, endpoint_;
+  std::unique_ptr<osprey::coordinator::CoordinatorClient> coord_;
+  std::vector<std::string> common_;
+  std::vector<Child> children_;
+};
+
+std::string Describe(const Child& c) {
+  if (!c.reaped) return c.name + " still running";
+  if (WIFEXITED(c.status)) return c.name + " exited " + std::to_string(WEXITSTATUS(c.status));
+  if (WIFSIGNALED(c.status)) return c.name + " killed by signal " + std::to_string(WTERMSIG(c.status));
+  return c.name + " ?";
+}
+
+double Auc(const std::string& log) {
+  static const std::regex re(R"(held-out: AUC ([0-9.]+))");
+  std::string text = ReadFile(log);
+  std::smatch m;
+  return std::regex_search(text, m, re) ? std::stod(m[1]) : -1;
+}
+
+long TrainedSteps(const std::string& log) {
+  static const std::regex re(R"(worker \d+ trained (\d+) steps)");
+  std::string text = ReadFile(log);
+  std::smatch m;
+  return std::regex_search(text, m, re) ? std::stol(m[1]) : -1;
+}
+
+std::vector<std::string> Sets(const std::string& extra_mode) {
+  std::vector<std::string> sets = {"train.steps=" + std::to_string(kSteps), "train.eval_samples=4000",
+                                   "cluster.heartbeat_interval_ms=50", "cluster.heartbeat_timeout_ms=2000",
+                                   "cluster.server_replace_timeout_ms=20000", "checkpoint.every_steps=10",
+                                   "log.level=info"};
+  if (!extra_mode.empty()) sets.push_back(extra_mode);
+  return sets;
+}
+
+// Runs the job undisturbed; returns rank 0's AUC.
+double Undisturbed(const std::string& config, const std::string& dir) {
+  Job job(config, Sets(""), dir);
+  job.Start();
+  EXPECT_TRUE(job.WaitAll(120)) << job.Logs();
+  for (auto& c : job.children()) {
+    EXPECT_TRUE(c.reaped && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << Describe(c) << job.Logs();
+  }
+  return Auc(job.log("worker-0"));
+}
+
+// Kills server 1 kKills times at random steps, a replacement started at once each time.
+double WithKills(const std::string& config, const std::string& dir) {
+  Job job(config, Sets(""), dir);
+  job.Start();
+  const unsigned seed = static_cast<unsigned>(Clock::now().time_since_epoch().count());
+  std::mt19937 rng(seed);
+  std::vector<long> at;
+  for (int k = 0; k < kKills; ++k) {
+    at.push_back(60 + k * 100 + static_cast<long>(rng() % 60));  // in [60,120), [160,220), [260,320)
+  }
+  std::printf("seed %u: killing server 1 at worker-0 steps %ld, %ld, %ld\n", seed, at[0], at[1], at[2]);
+  const std::string ckpt_file = job.ckpt() + "/server-1-of-2.ckpt";
+  for (int k = 0; k < kKills; ++k) {
+    const std::string victim = k == 0 ? "server-1" : "server-1-r" + std::to_string(k);
+    EXPECT_TRUE(job.WaitFor([&] { return job.Step(0) >= at[k] && std::filesystem::exists(ckpt_file); }, 60))
+        << "worker 0 never reached step " << at[k] << "\n" << job.Logs();
+    if (::testing::Test::HasFailure()) return -1;
+    Child& c = job.child(victim);
+    EXPECT_EQ(::kill(c.pid, SIGKILL), 0);
+    while (!job.Exited(c)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::printf("killed %s at worker-0 step %ld\n", victim.c_str(), job.Step(0));
+    job.Spawn("server-1-r" + std::to_string(k + 1), "osprey-server", {"--rank", "1", "--restore", job.ckpt()});
+    osprey::proto::NodeState n;
+    EXPECT_TRUE(job.WaitFor([&] {
+      return job.Node(osprey::proto::ROLE_SERVER, 1, &n) && n.alive() && n.replacements() == static_cast<uint32_t>(k + 1);
+    }, 30)) << "the replacement did not register\n" << job.Logs();
+    // Training resumes: worker 0 makes steps again.
+    const long resumed_from = job.Step(0);
+    EXPECT_TRUE(job.WaitFor([&] { return job.Step(0) >= resumed_from + 5; }, 30))
+        << "training did not resume after replacement " << k + 1 << "\n" << job.Logs();
+    if (::testing::Test::HasFailure()) return -1;
+  }
+  EXPECT_TRUE(job.WaitAll(120)) << job.Logs();
+  for (auto& c : job.children()) {
+    if (c.name == "server-1" || c.name == "server-1-r1" || c.name == "server-1-r2") continue;  // killed
+    EXPECT_TRUE(c.reaped && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << Describe(c) << job.Logs();
+  }
+  EXPECT_EQ(TrainedSteps(job.log("worker-0")), kSteps);
+  EXPECT_EQ(TrainedSteps(job.log("worker-1")), kSteps);
+  const std::string coord = ReadFile(job.log("coordinator"));
+  EXPECT_NE(coord.find("shard-map epoch 4"), std::string::npos) << "three replacements, three epoch bumps\n" << coord;
+  const std::string last = ReadFile(job.log("server-1-r3"));
+  EXPECT_NE(last.find("is a replacement"), std::string::npos) << last;
+  EXPECT_NE(last.find("restored checkpoint"), std::string::npos) << last;
+  return Auc(job.log("worker-0"));
+}
+
+void RunKillTest(const std::string& config, const std::string& name) {
+  const double base = Undisturbed(config, ::testing::TempDir() + "/osprey-failover-" + name + "-base");
+  ASSERT_GT(base, 0.5) << "the undisturbed run did not learn";
+  const double killed = WithKills(config, ::testing::TempDir() + "/osprey-failover-" + name + "-kill");
+  std::printf("%s: AUC undisturbed %.4f, with %d server kills %.4f\n", name.c_str(), base, kKills, killed);
+  EXPECT_NEAR(killed, base, 0.003);
+}
+
+TEST(ServerFailoverProcessTest, AsyncNativeSurvivesThreeServerKills) { RunKillTest("async.yaml", "async"); }
+
+TEST(ServerFailoverProcessTest, BspNativeSurvivesThreeServerKills) { RunKillTest("bsp.yaml", "bsp"); }
+
+}  // namespace
