@@ -49,6 +49,13 @@ std::vector<uint64_t> Server::restored_versions() {
   return restored_versions_;
 }
 
+uint64_t Server::max_table_version() const {
+  MutexLock work(&work_mu_);
+  uint64_t v = 0;
+  for (const auto& t : tables_) v = std::max(v, t->version());
+  return v;
+}
+
 size_t Server::num_early_requests() {
   MutexLock lock(&mu_);
   return held_.size();

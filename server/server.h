@@ -126,6 +126,8 @@ class Server : private Replier {
   StatusOr<std::string> Checkpoint(const std::string& dir) EXCLUDES(work_mu_);
   // The versions each table started from (restored, else 0), by table id. After Activate.
   std::vector<uint64_t> restored_versions() EXCLUDES(work_mu_);
+  // The highest version (optimizer steps applied, restored ones included) of any table.
+  uint64_t max_table_version() const EXCLUDES(work_mu_);
   // Requests received before Activate and not served yet (held).
   size_t num_early_requests() EXCLUDES(mu_);
 

@@ -108,12 +108,10 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
     h.set_role(proto::ROLE_SERVER);
     h.set_rank(rank);
     h.set_incarnation(ProcessIncarnation());
-    // What a replacement's restore is measured against (server failover): optimizer steps and
-    // pushes applied, including those restored.
+    // What a replacement's restore is measured against (server failover): the busiest table's
+    // optimizer steps (restored ones included) and the pushes this process applied.
     server::ServerStatsSnapshot st = srv->stats();
-    uint64_t restored = 0;
-    for (uint64_t v : srv->restored_versions()) restored += v;
-    h.set_clock(static_cast<int64_t>(st.windows_applied + restored));
+    h.set_clock(static_cast<int64_t>(srv->max_table_version()));
     h.set_samples(st.pushes_applied);
     return h;
   };
@@ -134,29 +132,22 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
 }
 
 // Server failover: what this replacement's restore lost against the old process's last
-// heartbeat (its optimizer steps and pushes), logged and carried by the ServerReport.
+// heartbeat (the busiest table's optimizer steps; bsp: clocks), logged and in the ServerReport.
 struct ReplacementLoss {
   bool replacement = false;
   uint64_t steps_lost = 0;
-  uint64_t pushes_lost = 0;
 };
 ReplacementLoss MeasureReplacement(const proto::RegisterReply& reg, server::Server* srv) {
   ReplacementLoss loss;
   if (!reg.replaced()) return loss;
   loss.replacement = true;
-  uint64_t restored = 0;
-  for (uint64_t v : srv->restored_versions()) restored += v;
+  const uint64_t restored = srv->max_table_version();
   loss.steps_lost = reg.replaced_steps() > restored ? reg.replaced_steps() - restored : 0;
-  // Pushes are not in a checkpoint: with one optimizer step per push (async, merge_max_pushes 1)
-  // the steps lost are the pushes lost; otherwise scaled by the old process's pushes per step.
-  loss.pushes_lost = reg.replaced_steps() == 0 ? 0
-                     : static_cast<uint64_t>(static_cast<double>(loss.steps_lost) *
-                                             static_cast<double>(reg.replaced_pushes()) /
-                                             static_cast<double>(reg.replaced_steps()) + 0.5);
-  OSPREY_LOG_WARN("server {} is a replacement (epoch {}): restored {} optimizer steps; the old process "
-                  "had reported {} steps and {} pushes: {} steps (~{} pushes) lost since the checkpoint",
+  OSPREY_LOG_WARN("server {} is a replacement (shard-map epoch {}): restored to optimizer step {} of its "
+                  "busiest table; the old process had reached step {} ({} pushes applied): {} steps "
+                  "(bsp: clocks) lost since the checkpoint",
                   reg.rank(), reg.shard_map().epoch(), restored, reg.replaced_steps(), reg.replaced_pushes(),
-                  loss.steps_lost, loss.pushes_lost);
+                  loss.steps_lost);
   return loss;
 }
 
@@ -285,7 +276,6 @@ int main(int argc, char** argv) {
     proto::ServerReport report = MakeServerReport(rank, st, ds);
     report.set_replacement(loss.replacement);
     report.set_steps_lost(loss.steps_lost);
-    report.set_pushes_lost(loss.pushes_lost);
     report.set_pushes_deduplicated(st.pushes_deduplicated);
     report.mutable_stats()->set_redis_unflushed_rows(srv.unflushed_rows());
     Status sent = (*coord)->ReportServer(report, timeout_ms);
