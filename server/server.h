@@ -121,6 +121,12 @@ class Server : private Replier {
   // checkpoint makes Activate fail with nothing loaded. Logs "server R restored checkpoint DIR
   // (N files, clock C): versions [..]".
   void SetRestoreDir(const std::string& dir) EXCLUDES(work_mu_);
+  // This server replaces a rank's earlier process (server failover): its bsp tables resume at
+  // the restored checkpoint's clock instead of 0 (the workers are already past it). Before Activate.
+  void SetReplacement(bool replacement) EXCLUDES(work_mu_) {
+    MutexLock work(&work_mu_);
+    replacement_ = replacement;
+  }
   // Writes this server's checkpoint file into `dir` now (a per-server snapshot, clock 0);
   // returns its path.
   StatusOr<std::string> Checkpoint(const std::string& dir) EXCLUDES(work_mu_);
@@ -224,6 +230,7 @@ class Server : private Replier {
   std::atomic<uint64_t> pushes_deduplicated_{0};
   config::CheckpointConfig checkpoint_ GUARDED_BY(work_mu_);
   std::string restore_dir_ GUARDED_BY(work_mu_);
+  bool replacement_ GUARDED_BY(work_mu_) = false;
   std::vector<config::TableConfig> table_configs_ GUARDED_BY(work_mu_);
   std::unique_ptr<CheckpointScheduler> scheduler_ GUARDED_BY(work_mu_);  // from Activate
   std::vector<uint64_t> restored_versions_ GUARDED_BY(work_mu_);

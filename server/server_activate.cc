@@ -126,6 +126,11 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
     list += (i ? ", " : "") + tables_[i]->spec().name() + "=" + std::to_string(versions[i]);
   }
   restored_versions_ = versions;
+  if (replacement_) {  // server failover: bsp resumes at the cut, the workers are past it
+    for (auto& t : tables_) {
+      if (t->bsp()) t->set_done(info.min_clock);
+    }
+  }
   std::string clock = info.min_clock == info.max_clock
                           ? std::to_string(info.min_clock)
                           : std::to_string(info.min_clock) + ".." +

@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
   srv.SetLiveWorkers(workers);
   srv.SetCheckpointConfig(job->checkpoint);
   if (!restore.empty()) srv.SetRestoreDir(restore);
+  srv.SetReplacement(reg->replaced());
   Status s = store->take_over(reg->rank());
   if (!s.ok()) return Fail(s, "store");
   s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
