@@ -49,12 +49,6 @@ std::vector<uint64_t> Server::restored_versions() {
   return restored_versions_;
 }
 
-uint64_t Server::max_table_version() const {
-  MutexLock work(&work_mu_);
-  uint64_t v = 0;
-  for (const auto& t : tables_) v = std::max(v, t->version());
-  return v;
-}
 
 size_t Server::num_early_requests() {
   MutexLock lock(&mu_);
@@ -144,6 +138,9 @@ void Server::Release(TableShard* t) {
   const bool failed_before = !t->failure().ok();
   Status s = t->Advance(NowUs());
   if (!s.ok() && !failed_before) OSPREY_LOG_ERROR("{}", s.ToString());  // once, not per tick
+  if (t->version() > max_version_.load(std::memory_order_relaxed)) {
+    max_version_.store(t->version(), std::memory_order_relaxed);
+  }
 }
 
 void Server::Stop() {

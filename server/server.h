@@ -133,7 +133,8 @@ class Server : private Replier {
   // The versions each table started from (restored, else 0), by table id. After Activate.
   std::vector<uint64_t> restored_versions() EXCLUDES(work_mu_);
   // The highest version (optimizer steps applied, restored ones included) of any table.
-  uint64_t max_table_version() const EXCLUDES(work_mu_);
+  // Any thread, without the work lock (the heartbeat reads it while a push may hold that lock).
+  uint64_t max_table_version() const { return max_version_.load(std::memory_order_relaxed); }
   // Requests received before Activate and not served yet (held).
   size_t num_early_requests() EXCLUDES(mu_);
 
@@ -228,6 +229,7 @@ class Server : private Replier {
   ServerCounters counters_;
   PushDedup dedup_ GUARDED_BY(work_mu_);  // applied pushes by (worker, incarnation, request id)
   std::atomic<uint64_t> pushes_deduplicated_{0};
+  std::atomic<uint64_t> max_version_{0};  // max_table_version(): updated by Release and restores
   config::CheckpointConfig checkpoint_ GUARDED_BY(work_mu_);
   std::string restore_dir_ GUARDED_BY(work_mu_);
   bool replacement_ GUARDED_BY(work_mu_) = false;

@@ -123,6 +123,7 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
                                                  tables_[i]->spec().name() + "'"));
     }
     tables_[i]->set_version(versions[i]);
+    if (versions[i] > max_version_.load()) max_version_.store(versions[i]);
     list += (i ? ", " : "") + tables_[i]->spec().name() + "=" + std::to_string(versions[i]);
   }
   restored_versions_ = versions;

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     if (a == "--rows") rows = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--runs") runs = std::atoi(argv[i + 1]);
   }
-  const int heartbeat_timeout_ms = 1000;
+  const int heartbeat_timeout_ms = 2000;
   std::vector<std::string> sets = {
       "cluster.workers=1", "train.steps=100000000", "train.batch_size=4096", "train.eval_samples=0",
       "data.zipf_alpha=0.01",
