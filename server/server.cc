@@ -56,8 +56,16 @@ size_t Server::num_early_requests() {
 }
 
 void Server::SetLiveWorkers(std::vector<int> ranks) {
-  MutexLock work(&work_mu_);
   std::sort(ranks.begin(), ranks.end());
+  {
+    // Every heartbeat reply calls this: an unchanged set must not wait for the work lock (a long
+    // push or checkpoint would delay the next heartbeat past the coordinator's timeout).
+    MutexLock live(&live_mu_);
+    if (live_seen_ && ranks == live_seen_ranks_) return;
+    live_seen_ = true;
+    live_seen_ranks_ = ranks;
+  }
+  MutexLock work(&work_mu_);
   if (live_known_ && ranks == live_) return;
   live_ = std::move(ranks);
   live_known_ = true;

@@ -221,6 +221,9 @@ class Server : private Replier {
   int num_servers_ GUARDED_BY(work_mu_) = 0;
   std::vector<std::unique_ptr<TableShard>> tables_ GUARDED_BY(work_mu_);
   std::vector<int> live_ GUARDED_BY(work_mu_);
+  Mutex live_mu_;  // SetLiveWorkers' check for an unchanged set, without work_mu_
+  bool live_seen_ GUARDED_BY(live_mu_) = false;
+  std::vector<int> live_seen_ranks_ GUARDED_BY(live_mu_);
   bool live_known_ GUARDED_BY(work_mu_) = false;
   bool stopping_ GUARDED_BY(work_mu_) = false;
   CondVar timer_cv_;

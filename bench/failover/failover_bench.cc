@@ -74,9 +74,9 @@ int main(int argc, char** argv) {
     if (a == "--rows") rows = std::strtoull(argv[i + 1], nullptr, 10);
     if (a == "--runs") runs = std::atoi(argv[i + 1]);
   }
-  const int heartbeat_timeout_ms = 2000;
+  const int heartbeat_timeout_ms = 3000;
   std::vector<std::string> sets = {
-      "cluster.workers=1", "train.steps=100000000", "train.batch_size=4096", "train.eval_samples=0",
+      "cluster.workers=1", "train.steps=100000000", "train.batch_size=2048", "train.eval_samples=0",
       "data.zipf_alpha=0.01",
       "data.cardinalities=[200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,"
       "200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,"
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     sets.push_back("store.redis.endpoints=" + redis->endpoint().ToString());
     sets.push_back("store.redis.write_policy=write_through");
   } else {
-    sets.push_back("checkpoint.every_seconds=2");
+    sets.push_back("checkpoint.every_seconds=5");
   }
   testing::ProcessJob job("async.yaml", sets, "/tmp/osprey-bench-failover-" + store);
   job.Start(2, 1);
