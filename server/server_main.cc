@@ -250,7 +250,15 @@ int main(int argc, char** argv) {
   srv.SetCheckpointConfig(job->checkpoint);
   if (!restore.empty()) srv.SetRestoreDir(restore);
   srv.SetReplacement(reg->replaced());
-  Status s = store->take_over(reg->rank());
+  // Heartbeats from the registration on: a restore (a replacement's 1M rows take seconds) must
+  // not look like a dead server to the coordinator.
+  std::atomic<bool> finished{false};
+  std::atomic<bool> lost{false};
+  const int rank = reg->rank();
+  coordinator::HeartbeatOptions hb = Heartbeats(job->cluster, rank, &srv, &finished, &lost);
+  Status s = (*coord)->StartHeartbeats(hb);
+  if (!s.ok()) return Fail(s, "heartbeats");
+  s = store->take_over(reg->rank());
   if (!s.ok()) return Fail(s, "store");
   s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
   if (!s.ok()) return Fail(s, "activate");
@@ -258,12 +266,6 @@ int main(int argc, char** argv) {
   const ReplacementLoss loss = MeasureReplacement(*reg, &srv);
   if (exposer) OSPREY_LOG_INFO("server {} metrics on {}", reg->rank(), exposer->url());
 
-  std::atomic<bool> finished{false};
-  std::atomic<bool> lost{false};
-  const int rank = reg->rank();
-  coordinator::HeartbeatOptions hb = Heartbeats(job->cluster, rank, &srv, &finished, &lost);
-  s = (*coord)->StartHeartbeats(hb);
-  if (!s.ok()) return Fail(s, "heartbeats");
   while (!finished.load() && !lost.load() && !g_stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
