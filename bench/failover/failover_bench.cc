@@ -3,8 +3,8 @@
 //
 //   osprey-bench-failover [--store native|redis] [--rows N] [--runs 3]
 //
-// One job (2 servers, 1 worker, async, a near-uniform synthetic key space so that rows are created
-// fast) trains until server 1 holds --rows rows and a checkpoint of them exists (native); then,
+// One job (2 servers, 1 worker, async, a near-uniform synthetic key space of 2.2M keys, so that
+// rows are created fast and server 1's shard stays near 1.1M rows) trains until server 1 holds --rows rows and a checkpoint of them exists (native); then,
 // --runs times per mode:
 //   detected: kill -9 server 1; a scheduler restarts it once the coordinator marks it dead
 //             (heartbeat timeout) -- the replacement restores and the worker re-sends;
@@ -65,6 +65,7 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string store = "native";
   uint64_t rows = 1000000;
   int runs = 3;
@@ -78,11 +79,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> sets = {
       "cluster.workers=1", "train.steps=100000000", "train.batch_size=2048", "train.eval_samples=0",
       "data.zipf_alpha=0.01",
-      "data.cardinalities=[200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,"
-      "200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,200000,"
-      "200000]",
+      "data.cardinalities=[85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000,85000]",
       "cluster.heartbeat_interval_ms=100", "cluster.heartbeat_timeout_ms=" + std::to_string(heartbeat_timeout_ms),
-      "cluster.server_replace_timeout_ms=60000", "log.level=info"};
+      "cluster.server_replace_timeout_ms=60000", "client.timeout_ms=60000", "log.level=info"};
   std::unique_ptr<testing::RedisServer> redis;
   if (store == "redis") {
     auto started = testing::RedisServer::Start();
@@ -145,10 +144,13 @@ int main(int argc, char** argv) {
     std::vector<std::string> extra = {"--rank", "1"};
     if (store == "native") extra.insert(extra.end(), {"--restore", job.ckpt()});
     job.Spawn(victim, "osprey-server", extra);
-    bool ok = job.WaitFor([&] { return endpoint_of(&ep, replacements); }, 120) &&
-              job.WaitFor([&] { return ServerStats(ep, &st) && st.pushes_applied() > 0; }, 120);
-    if (!ok) {
-      std::fprintf(stderr, "the replacement did not resume\n%s", job.Logs().c_str());
+    if (!job.WaitFor([&] { return endpoint_of(&ep, replacements); }, 120)) {
+      std::fprintf(stderr, "replacement %u did not register\n", replacements);
+      return 1;
+    }
+    if (!job.WaitFor([&] { return ServerStats(ep, &st) && st.pushes_applied() > 0; }, 120)) {
+      std::fprintf(stderr, "replacement %u at %s applied no push within 120 s (logs in %s)\n", replacements,
+                   ep.c_str(), "/tmp/osprey-bench-failover-*");
       return 1;
     }
     const double s = std::chrono::duration<double>(Clock::now() - killed).count();
