@@ -127,6 +127,10 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
     RejoinWorker(from, req, now, out);  // job_state_rejoin.cc
     return;
   }
+  if (IsServerReplacement(req)) {
+    OnReplaceServer(from, req, now, out);  // job_state_replace.cc
+    return;
+  }
   if (rendezvous_complete_) {
     ReplyError(out, from, FailedPrecondition(
         "the rendezvous is already complete; refusing " + RoleName(req.role()) + " (pid " +
@@ -184,6 +188,7 @@ void JobState::CompleteRendezvous(Clock::time_point now, Outbox* out) {
     }
   }
   shard_map_.set_epoch(1);
+  shard_map_.set_placement_epoch(1);
   for (const Node& s : servers_) shard_map_.add_server_endpoints(s.endpoint);
   rendezvous_complete_ = true;
   proto::RegisterReply reply;
@@ -239,6 +244,15 @@ JobState::Node* JobState::FindNode(proto::Role role, int rank, Status* error) {
     return nullptr;
   }
   return &node;
+}
+
+// A heartbeat (or report) from a process a later registration of its rank superseded: a replaced
+// server, a worker restarted under the same rank. Incarnation 0 (an older binary) is not checked.
+Status JobState::CheckIncarnation(const Node& node, uint64_t incarnation) const {
+  if (incarnation == 0 || node.incarnation == 0 || incarnation == node.incarnation) return Status::OK();
+  return FailedPrecondition(NodeName(node.role, node.rank, node.pid) + " has been replaced (incarnation " +
+                            std::to_string(node.incarnation) + "); the heartbeat from incarnation " +
+                            std::to_string(incarnation) + " comes from a superseded process, which must exit");
 }
 
 void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
@@ -411,6 +425,7 @@ void JobState::Tick(Clock::time_point now, Outbox* out) {
       if (now - n.last_seen > Ms(cluster_.heartbeat_timeout_ms)) MarkDead(n, now, out);
     }
   }
+  FailUnreplacedServers(now, out);
 }
 
 void JobState::MarkDead(Node& node, Clock::time_point now, Outbox* out) {
@@ -418,8 +433,7 @@ void JobState::MarkDead(Node& node, Clock::time_point now, Outbox* out) {
   std::string what = NodeName(node.role, node.rank, node.pid) + " sent no heartbeat for " +
                      std::to_string(cluster_.heartbeat_timeout_ms) + " ms";
   if (node.role == proto::ROLE_SERVER) {
-    OSPREY_LOG_ERROR("{}: marked dead; a dead server fails the job", what);
-    BeginShutdown(what + " (server at " + node.endpoint + " is dead)", now, out);
+    OnServerDead(node, what, now, out);
     return;
   }
   OSPREY_LOG_WARN("{}: marked dead; the job goes on with the other workers", what);
@@ -508,6 +522,8 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_endpoint(n.endpoint);
       ns->set_metrics_endpoint(n.metrics_endpoint);
       ns->set_rejoins(n.rejoins);
+      ns->set_incarnation(n.incarnation);
+      ns->set_replacements(n.replacements);
     }
   }
   s.set_shutting_down(shutting_down_);

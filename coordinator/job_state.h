@@ -11,7 +11,8 @@
 //  - Ranks: a node's requested_rank if >= 0, otherwise the free ranks in registration order,
 //    assigned when the last node registers. Replies are held until then.
 //  - A node is expected to heartbeat from the moment the rendezvous completes; one silent for
-//    cluster.heartbeat_timeout_ms is marked dead (logged once). A dead server fails the job. A dead
+//    cluster.heartbeat_timeout_ms is marked dead (logged once). A dead server fails the job unless
+//    a replacement registers within cluster.server_replace_timeout_ms (job_state_replace.cc). A dead
 //    worker does not: the job goes on with the others, its barriers and the "every live worker
 //    reported" rule stop waiting for it. A worker that has sent its final report may exit; it is
 //    no longer expected to heartbeat and stays alive in the state.
@@ -136,6 +137,8 @@ class JobState {
     int local_size = 1;
     uint64_t incarnation = 0;  // RegisterRequest.incarnation of the process that holds the rank
     uint32_t rejoins = 0;      // workers: processes that took the rank over (job_state_rejoin.cc)
+    Clock::time_point dead_since;
+    uint32_t replacements = 0;
   };
 
   std::vector<Node>& NodesOf(proto::Role role);
@@ -155,6 +158,13 @@ class JobState {
   void RejoinWorker(const ReplyAddress& from, const proto::RegisterRequest& req,
                     Clock::time_point now, Outbox* out);
   // job_state_rejoin.cc: refuses a heartbeat from a process a rejoin superseded.
+  // Server failover (job_state_replace.cc): a registration after the rendezvous that replaces a
+  // server rank's process (a new incarnation), the wait for one, and stale incarnations.
+  bool IsServerReplacement(const proto::RegisterRequest& req) const;
+  void OnReplaceServer(const ReplyAddress& from, const proto::RegisterRequest& req,
+                       Clock::time_point now, Outbox* out);
+  void OnServerDead(Node& node, const std::string& what, Clock::time_point now, Outbox* out);
+  void FailUnreplacedServers(Clock::time_point now, Outbox* out);
   Status CheckIncarnation(const Node& node, uint64_t incarnation) const;
 
   config::ClusterConfig cluster_;

@@ -73,11 +73,4 @@ void JobState::RejoinWorker(const ReplyAddress& from, const proto::RegisterReque
   out->push_back(OutgoingReply{from, Status::OK(), SerializeMessage(reply)});
 }
 
-Status JobState::CheckIncarnation(const Node& node, uint64_t incarnation) const {
-  if (incarnation == 0 || node.incarnation == 0 || incarnation == node.incarnation) return Status::OK();
-  return FailedPrecondition(NodeName(node.role, node.rank, node.pid) + " is incarnation " +
-                            std::to_string(node.incarnation) + "; a heartbeat from incarnation " +
-                            std::to_string(incarnation) + " comes from a superseded process, which must exit");
-}
-
 }  // namespace osprey::coordinator

@@ -19,7 +19,8 @@ void CheckpointScheduler::Start(const config::CheckpointConfig& config,
   if (config_.every_steps > 0) {
     next_step_ = (steps / config_.every_steps + 1) * config_.every_steps;
     if (has_bsp_ && !config_.dir.empty()) {
-      cuts_[config_.every_steps].periodic = true;
+      // From the tables' clock: 0, or a replacement's restored cut (server failover).
+      cuts_[(BspClock() / config_.every_steps + 1) * config_.every_steps].periodic = true;
       ArmCut();
     }
   }

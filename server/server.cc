@@ -49,14 +49,23 @@ std::vector<uint64_t> Server::restored_versions() {
   return restored_versions_;
 }
 
+
 size_t Server::num_early_requests() {
   MutexLock lock(&mu_);
   return held_.size();
 }
 
 void Server::SetLiveWorkers(std::vector<int> ranks) {
-  MutexLock work(&work_mu_);
   std::sort(ranks.begin(), ranks.end());
+  {
+    // Every heartbeat reply calls this: an unchanged set must not wait for the work lock (a long
+    // push or checkpoint would delay the next heartbeat past the coordinator's timeout).
+    MutexLock live(&live_mu_);
+    if (live_seen_ && ranks == live_seen_ranks_) return;
+    live_seen_ = true;
+    live_seen_ranks_ = ranks;
+  }
+  MutexLock work(&work_mu_);
   if (live_known_ && ranks == live_) return;
   live_ = std::move(ranks);
   live_known_ = true;
@@ -137,6 +146,9 @@ void Server::Release(TableShard* t) {
   const bool failed_before = !t->failure().ok();
   Status s = t->Advance(NowUs());
   if (!s.ok() && !failed_before) OSPREY_LOG_ERROR("{}", s.ToString());  // once, not per tick
+  if (t->version() > max_version_.load(std::memory_order_relaxed)) {
+    max_version_.store(t->version(), std::memory_order_relaxed);
+  }
 }
 
 void Server::Stop() {
@@ -169,6 +181,7 @@ ServerStatsSnapshot Server::stats() const {
   s.gradients_not_admitted = counters_.lifecycle.gradients_dropped.load();
   s.rows_evicted_ttl = counters_.lifecycle.evicted_ttl.load();
   s.rows_evicted_cap = counters_.lifecycle.evicted_cap.load();
+  s.pushes_deduplicated = pushes_deduplicated_.load();
   s.bad_headers = bad_headers_.load();
   s.limit_refusals = limit_refusals_.load();
   s.held_bytes = budget_->held_bytes();
@@ -257,11 +270,21 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
     if (!s.ok() && !failed_before) OSPREY_LOG_ERROR("{}", s.ToString());
     return Status::OK();
   }
+  const bool push = h.op() == proto::OP_PUSH_SPARSE || h.op() == proto::OP_PUSH_DENSE;
+  if (push && dedup_.Seen(h.worker_rank(), h.worker_incarnation(), h.request_id())) {
+    // A re-send of a push already applied (server failover): acknowledged, not applied again.
+    pushes_deduplicated_.fetch_add(1, std::memory_order_relaxed);
+    reply->set_version(r.table->version());
+    reply->set_num_keys(0);
+    reply->set_value_bytes(0);
+    return Status::OK();
+  }
   if (h.op() == proto::OP_INIT_DENSE) {
     OSPREY_RETURN_IF_ERROR(store_->InitChunks(h.table(), msg.keys.as<uint64_t>(), h.num_keys(),
                                               r.values.as<float>()));
   } else {
     OSPREY_RETURN_IF_ERROR(ExecutePush(h, msg, r, reply, answered_later));
+    dedup_.Record(h.worker_rank(), h.worker_incarnation(), h.request_id());
   }
   reply->set_version(r.table->version());
   reply->set_num_keys(0);
@@ -353,7 +376,10 @@ Status Server::ValidateData(const proto::Header& h, const Message& msg, DataRequ
                            (sparse_op ? "dense" : "sparse") + " but the op is for " +
                            (sparse_op ? "sparse" : "dense") + " tables");
   }
-  if (h.epoch() != epoch_) {
+  // A server replacement bumps the epoch without moving rows (ShardMap.placement_epoch): a
+  // request routed with any epoch since the placement began is served.
+  // A map without placement_epoch (0) accepts its own epoch only.
+  if (h.epoch() < placement_epoch_ || (!placement_known_ && h.epoch() != epoch_)) {
     return FailedPrecondition("shard-map epoch " + std::to_string(h.epoch()) +
                               " is not the current epoch " + std::to_string(epoch_));
   }

@@ -43,6 +43,7 @@
 #include "server/op_auth.h"
 #include "server/hold_budget.h"
 #include "server/log_limiter.h"
+#include "server/push_dedup.h"
 #include "server/replier.h"
 #include "server/store.h"
 #include "server/table_shard.h"
@@ -73,6 +74,7 @@ struct ServerStatsSnapshot {
   // (common/config/limits_config.h: frame size, key count, held requests).
   uint64_t bad_headers = 0;
   uint64_t limit_refusals = 0;
+  uint64_t pushes_deduplicated = 0;  // re-sent pushes answered without applying (push_dedup.h)
   uint64_t held_bytes = 0;      // now: memory of the requests held unanswered (HoldBudget)
   uint64_t held_requests = 0;   // now: how many
   // staleness[0]: s = 0; [i]: s in [2^(i-1), 2^i); the last bucket also holds larger. One entry
@@ -119,11 +121,20 @@ class Server : private Replier {
   // checkpoint makes Activate fail with nothing loaded. Logs "server R restored checkpoint DIR
   // (N files, clock C): versions [..]".
   void SetRestoreDir(const std::string& dir) EXCLUDES(work_mu_);
+  // This server replaces a rank's earlier process (server failover): its bsp tables resume at
+  // the restored checkpoint's clock instead of 0 (the workers are already past it). Before Activate.
+  void SetReplacement(bool replacement) EXCLUDES(work_mu_) {
+    MutexLock work(&work_mu_);
+    replacement_ = replacement;
+  }
   // Writes this server's checkpoint file into `dir` now (a per-server snapshot, clock 0);
   // returns its path.
   StatusOr<std::string> Checkpoint(const std::string& dir) EXCLUDES(work_mu_);
   // The versions each table started from (restored, else 0), by table id. After Activate.
   std::vector<uint64_t> restored_versions() EXCLUDES(work_mu_);
+  // The highest version (optimizer steps applied, restored ones included) of any table.
+  // Any thread, without the work lock (the heartbeat reads it while a push may hold that lock).
+  uint64_t max_table_version() const { return max_version_.load(std::memory_order_relaxed); }
   // Requests received before Activate and not served yet (held).
   size_t num_early_requests() EXCLUDES(mu_);
 
@@ -205,17 +216,26 @@ class Server : private Replier {
   mutable Mutex work_mu_;
   std::atomic<int> rank_{-1};  // written once by Activate
   uint64_t epoch_ GUARDED_BY(work_mu_) = 0;
+  uint64_t placement_epoch_ GUARDED_BY(work_mu_) = 0;  // ShardMap.placement_epoch (0: epoch_)
+  bool placement_known_ GUARDED_BY(work_mu_) = false;  // the map had a placement_epoch
   int num_servers_ GUARDED_BY(work_mu_) = 0;
   std::vector<std::unique_ptr<TableShard>> tables_ GUARDED_BY(work_mu_);
   std::vector<int> live_ GUARDED_BY(work_mu_);
+  Mutex live_mu_;  // SetLiveWorkers' check for an unchanged set, without work_mu_
+  bool live_seen_ GUARDED_BY(live_mu_) = false;
+  std::vector<int> live_seen_ranks_ GUARDED_BY(live_mu_);
   bool live_known_ GUARDED_BY(work_mu_) = false;
   bool stopping_ GUARDED_BY(work_mu_) = false;
   CondVar timer_cv_;
   std::thread timer_;
 
   ServerCounters counters_;
+  PushDedup dedup_ GUARDED_BY(work_mu_);  // applied pushes by (worker, incarnation, request id)
+  std::atomic<uint64_t> pushes_deduplicated_{0};
+  std::atomic<uint64_t> max_version_{0};  // max_table_version(): updated by Release and restores
   config::CheckpointConfig checkpoint_ GUARDED_BY(work_mu_);
   std::string restore_dir_ GUARDED_BY(work_mu_);
+  bool replacement_ GUARDED_BY(work_mu_) = false;
   std::vector<config::TableConfig> table_configs_ GUARDED_BY(work_mu_);
   std::unique_ptr<CheckpointScheduler> scheduler_ GUARDED_BY(work_mu_);  // from Activate
   std::vector<uint64_t> restored_versions_ GUARDED_BY(work_mu_);

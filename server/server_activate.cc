@@ -41,6 +41,8 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
     MutexLock work(&work_mu_);
     rank_.store(rank, std::memory_order_release);
     epoch_ = map.epoch();
+    placement_epoch_ = map.placement_epoch() != 0 ? map.placement_epoch() : map.epoch();
+    placement_known_ = map.placement_epoch() != 0;
     num_servers_ = map.server_endpoints_size();
     OSPREY_RETURN_IF_ERROR(CreateTables(map, tables, &timer));
     table_configs_ = tables;
@@ -121,9 +123,15 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
                                                  tables_[i]->spec().name() + "'"));
     }
     tables_[i]->set_version(versions[i]);
+    if (versions[i] > max_version_.load()) max_version_.store(versions[i]);
     list += (i ? ", " : "") + tables_[i]->spec().name() + "=" + std::to_string(versions[i]);
   }
   restored_versions_ = versions;
+  if (replacement_) {  // server failover: bsp resumes at the cut, the workers are past it
+    for (auto& t : tables_) {
+      if (t->bsp()) t->set_done(info.min_clock);
+    }
+  }
   std::string clock = info.min_clock == info.max_clock
                           ? std::to_string(info.min_clock)
                           : std::to_string(info.min_clock) + ".." +

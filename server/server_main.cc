@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "job/node_flags.h"
+#include "common/incarnation.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
@@ -91,6 +92,7 @@ StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* co
   req.set_requested_rank(rank);
   req.set_sends_server_report(true);
   req.set_metrics_endpoint(metrics_endpoint);
+  req.set_incarnation(ProcessIncarnation());
   return coord->Register(req, timeout_ms);
 }
 
@@ -101,10 +103,16 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = cluster.heartbeat_interval_ms;
   hb.timeout_ms = cluster.heartbeat_timeout_ms;
-  hb.fill = [rank] {
+  hb.fill = [rank, srv] {
     proto::Heartbeat h;
     h.set_role(proto::ROLE_SERVER);
     h.set_rank(rank);
+    h.set_incarnation(ProcessIncarnation());
+    // What a replacement's restore is measured against (server failover): the busiest table's
+    // optimizer steps (restored ones included) and the pushes this process applied.
+    server::ServerStatsSnapshot st = srv->stats();
+    h.set_clock(static_cast<int64_t>(srv->max_table_version()));
+    h.set_samples(st.pushes_applied);
     return h;
   };
   hb.on_state = [srv, finished](const proto::ClusterState& st) {
@@ -121,6 +129,26 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
     lost->store(true);
   };
   return hb;
+}
+
+// Server failover: what this replacement's restore lost against the old process's last
+// heartbeat (the busiest table's optimizer steps; bsp: clocks), logged and in the ServerReport.
+struct ReplacementLoss {
+  bool replacement = false;
+  uint64_t steps_lost = 0;
+};
+ReplacementLoss MeasureReplacement(const proto::RegisterReply& reg, server::Server* srv) {
+  ReplacementLoss loss;
+  if (!reg.replaced()) return loss;
+  loss.replacement = true;
+  const uint64_t restored = srv->max_table_version();
+  loss.steps_lost = reg.replaced_steps() > restored ? reg.replaced_steps() - restored : 0;
+  OSPREY_LOG_WARN("server {} is a replacement (shard-map epoch {}): restored to optimizer step {} of its "
+                  "busiest table; the old process had reached step {} ({} pushes applied): {} steps "
+                  "(bsp: clocks) lost since the checkpoint",
+                  reg.rank(), reg.shard_map().epoch(), restored, reg.replaced_steps(), reg.replaced_pushes(),
+                  loss.steps_lost);
+  return loss;
 }
 
 void LogFinalStats(int rank, const server::ServerStatsSnapshot& st, const server::DecodeStats& ds) {
@@ -221,19 +249,23 @@ int main(int argc, char** argv) {
   srv.SetLiveWorkers(workers);
   srv.SetCheckpointConfig(job->checkpoint);
   if (!restore.empty()) srv.SetRestoreDir(restore);
-  Status s = store->take_over(reg->rank());
-  if (!s.ok()) return Fail(s, "store");
-  s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
-  if (!s.ok()) return Fail(s, "activate");
-  OSPREY_LOG_INFO("server {} of {} serving on {}", reg->rank(), reg->num_servers(), *bound);
-  if (exposer) OSPREY_LOG_INFO("server {} metrics on {}", reg->rank(), exposer->url());
-
+  srv.SetReplacement(reg->replaced());
+  // Heartbeats from the registration on: a restore (a replacement's 1M rows take seconds) must
+  // not look like a dead server to the coordinator.
   std::atomic<bool> finished{false};
   std::atomic<bool> lost{false};
   const int rank = reg->rank();
   coordinator::HeartbeatOptions hb = Heartbeats(job->cluster, rank, &srv, &finished, &lost);
-  s = (*coord)->StartHeartbeats(hb);
+  Status s = (*coord)->StartHeartbeats(hb);
   if (!s.ok()) return Fail(s, "heartbeats");
+  s = store->take_over(reg->rank());
+  if (!s.ok()) return Fail(s, "store");
+  s = srv.Activate(reg->rank(), reg->shard_map(), job->tables);
+  if (!s.ok()) return Fail(s, "activate");
+  OSPREY_LOG_INFO("server {} of {} serving on {}", reg->rank(), reg->num_servers(), *bound);
+  const ReplacementLoss loss = MeasureReplacement(*reg, &srv);
+  if (exposer) OSPREY_LOG_INFO("server {} metrics on {}", reg->rank(), exposer->url());
+
   while (!finished.load() && !lost.load() && !g_stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -245,6 +277,9 @@ int main(int argc, char** argv) {
     // down), so waiting longer than that for the reply is pointless.
     const int timeout_ms = std::min(job->cluster.heartbeat_timeout_ms, job->client.timeout_ms);
     proto::ServerReport report = MakeServerReport(rank, st, ds);
+    report.set_replacement(loss.replacement);
+    report.set_steps_lost(loss.steps_lost);
+    report.set_pushes_deduplicated(st.pushes_deduplicated);
     report.mutable_stats()->set_redis_unflushed_rows(srv.unflushed_rows());
     Status sent = (*coord)->ReportServer(report, timeout_ms);
     if (!sent.ok()) {

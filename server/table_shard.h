@@ -214,6 +214,8 @@ class TableShard {
   uint64_t version() const { return version_; }
   void set_version(uint64_t v) { version_ = v; }  // restore
   int64_t done() const { return done_; }
+  // bsp: a replacement server (failover) resumes at its checkpoint's clock, not at 0.
+  void set_done(int64_t clock) { done_ = clock; }
   size_t num_held() const { return held_.size(); }
   // Held pulls and held acks are admitted against `budget` (borrowed, outlives the shard; null:
   // unlimited); one beyond it is answered with the budget's ResourceExhausted error at once.

@@ -41,6 +41,9 @@ void AddServerReports(const proto::ClusterState& state, JobReport* r) {
     r->limit_refusals += st.limit_refusals();
     r->bad_headers += st.bad_headers();
     r->decoded_pushes += sr.decoded_pushes();
+    r->server_replacements += sr.replacement() ? 1 : 0;
+    r->server_steps_lost += sr.steps_lost();
+    r->pushes_deduplicated += sr.pushes_deduplicated();
     r->decode_bytes_encoded += sr.decode_bytes_encoded();
     r->decode_bytes_decoded += sr.decode_bytes_decoded();
     r->decode_seconds += sr.decode_seconds();
@@ -160,6 +163,8 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
     train_seconds = std::max(train_seconds, w.train_seconds());
     r.bytes_pushed += w.bytes_pushed();
     r.bytes_pulled += w.bytes_pulled();
+    r.pushes_acked += w.pushes_acked();
+    r.requests_resent += w.requests_resent();
     r.dense_bytes_raw += w.dense_push_bytes_raw();
     r.dense_bytes_encoded += w.dense_push_bytes_encoded();
     r.encode_seconds += w.encode_seconds();
@@ -287,7 +292,12 @@ std::string ServersJson(const JobReport& r) {
                   ", \"density\": " + JsonNumber(density) + "}";
   }
   // Admission / eviction first: the keys after server_reports keep their order.
-  return ", \"server_rows_admitted\": " + std::to_string(r.rows_admitted) +
+  return ", \"server_replacements\": " + std::to_string(r.server_replacements) +
+         ", \"server_steps_lost\": " + std::to_string(r.server_steps_lost) +
+         ", \"server_pushes_deduplicated\": " + std::to_string(r.pushes_deduplicated) +
+         ", \"worker_pushes_acked\": " + std::to_string(r.pushes_acked) +
+         ", \"worker_requests_resent\": " + std::to_string(r.requests_resent) +
+         ", \"server_rows_admitted\": " + std::to_string(r.rows_admitted) +
          ", \"server_gradients_not_admitted\": " + std::to_string(r.gradients_not_admitted) +
          ", \"server_rows_evicted_ttl\": " + std::to_string(r.rows_evicted_ttl) +
          ", \"server_rows_evicted_cap\": " + std::to_string(r.rows_evicted_cap) +

@@ -85,6 +85,13 @@ struct JobReport {
   uint64_t decode_bytes_encoded = 0;
   uint64_t decode_bytes_decoded = 0;
   double decode_seconds = 0;
+  // Server failover: replacement servers that reported, the optimizer steps their restores
+  // rolled back, pushes they recognised as re-sent; workers' acknowledged and re-sent requests.
+  uint64_t server_replacements = 0;
+  uint64_t server_steps_lost = 0;
+  uint64_t pushes_deduplicated = 0;
+  uint64_t pushes_acked = 0;
+  uint64_t requests_resent = 0;
   // Feature admission / eviction of sparse tables (proto ServerStats).
   uint64_t rows_admitted = 0;
   uint64_t gradients_not_admitted = 0;

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "job/node_flags.h"
+#include "common/incarnation.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
@@ -38,14 +39,6 @@ int Fail(const Status& s, const char* what) {
 }
 
 // Registers this process as a worker; the reply carries the rank and the shard map.
-// Random per process start: a restarted worker (same rank) supersedes its old process with it.
-uint64_t NewIncarnation() {
-  std::random_device rd;
-  uint64_t v = 0;
-  while (v == 0) v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  return v;
-}
-
 StatusOr<proto::RegisterReply> Register(coordinator::CoordinatorClient* coord, const config::JobConfig& job,
                                         int rank, const std::string& metrics_endpoint, uint64_t incarnation) {
   proto::RegisterRequest req;
@@ -95,6 +88,7 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     return h;
   };
   hb.on_state = [client, aborted](const proto::ClusterState& st) {
+    client->OnClusterState(st);  // server failover: dead servers, replacements (client_failover.cc)
     if (st.shutting_down() && !st.failure().empty() && !aborted->exchange(true)) {
       OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
       client->Stop();
@@ -174,6 +168,8 @@ int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* c
   worker::ClientStats cs = client->stats();
   report.set_bytes_pushed(cs.bytes_pushed);
   report.set_bytes_pulled(cs.bytes_pulled);
+  report.set_pushes_acked(cs.pushes_acked);
+  report.set_requests_resent(client->requests_resent());
   trainer->FillReport(&report);
   LogReport(report, rank, cs);
   s = coord->Report(report, job.client.timeout_ms);
@@ -215,7 +211,7 @@ int main(int argc, char** argv) {
     if (!started.ok()) return Fail(started.status(), "metrics");
     exposer = std::move(*started);
   }
-  const uint64_t incarnation = NewIncarnation();
+  const uint64_t incarnation = ProcessIncarnation();  // a restart (same rank) supersedes the old process
   auto reg = Register(coord->get(), job, flags.rank, exposer ? exposer->url() : "", incarnation);
   if (!reg.ok()) return Fail(reg.status(), "register");
   const int rank = reg->rank();
@@ -229,6 +225,8 @@ int main(int argc, char** argv) {
   copts.worker_rank = rank;
   copts.timeout_ms = job.client.timeout_ms;
   copts.max_inflight = job.client.max_inflight;
+  copts.incarnation = ProcessIncarnation();
+  copts.replace_timeout_ms = job.cluster.server_replace_timeout_ms;
   // Data plane per cluster.transport (rdma too); the coordinator stays on ZeroMQ (data_transport.h).
   auto dtransport = rdma::MakeDataTransport(job, *data_options);
   if (!dtransport.ok()) return Fail(dtransport.status(), "transport");

@@ -35,6 +35,10 @@ struct ClusterConfig {
   // encryption runs on them (one connection per thread), so hosts with spare cores go faster
   // with 2-4; 1 is best where the cores are all busy (a 2-core machine).
   int io_threads = 1;
+  // A dead server (or one superseded by a new incarnation) may be replaced by `osprey-server
+  // --rank R`; the job fails naming it only when no replacement registered within this. 0: a
+  // dead server fails the job at once.
+  int server_replace_timeout_ms = 60000;
 };
 
 struct PsConfig {

@@ -23,6 +23,7 @@ inline config::PsConfig TestJob(int servers, int workers, int heartbeat_timeout_
   job.cluster.heartbeat_interval_ms = 50;
   job.cluster.heartbeat_timeout_ms = heartbeat_timeout_ms;
   job.cluster.startup_timeout_ms = startup_timeout_ms;
+  job.cluster.server_replace_timeout_ms = 0;  // a dead server fails at once (replace tests set it)
   job.tables = osprey::testing::TestTables();
   return job;
 }

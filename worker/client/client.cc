@@ -13,6 +13,7 @@ Client::Client(const ClientOptions& options, std::unique_ptr<Transport> transpor
       dense_routes_(RouteDenseTables(map_)),
       requests_(options.timeout_ms, options.max_inflight, map_.tables_size(),
                 [this](proto::Op op, uint32_t table) { return Describe(op, table); }) {
+  epoch_.store(map_.epoch());
   MutexLock lock(&codec_mu_);
   encoders_.resize(map_.tables_size());
   pull_codecs_.assign(map_.tables_size(), proto::CODEC_NONE);
@@ -22,10 +23,15 @@ Client::~Client() { Stop(); }
 
 Status Client::Start() {
   transport_->SetHandler([this](Message&& m) { OnReply(std::move(m)); });
-  for (int i = 0; i < map_.server_endpoints_size(); ++i) {
-    auto peer = transport_->Connect(map_.server_endpoints(i));
-    if (!peer.ok()) return peer.status().WithContext("connecting to server " + std::to_string(i));
-    peers_.push_back(*peer);
+  {
+    MutexLock lock(&route_mu_);
+    for (int i = 0; i < map_.server_endpoints_size(); ++i) {
+      auto peer = transport_->Connect(map_.server_endpoints(i));
+      if (!peer.ok()) return peer.status().WithContext("connecting to server " + std::to_string(i));
+      peers_.push_back(*peer);
+      endpoints_.push_back(map_.server_endpoints(i));
+    }
+    incarnations_.assign(peers_.size(), 0);
   }
   return transport_->Start();
 }
@@ -108,14 +114,16 @@ void Client::Send(Ticket ticket, int server, proto::Header header, Buffer keys, 
   if (id == 0) return;  // the ticket failed (recorded there): nothing is sent
   header.set_request_id(id);
   header.set_worker_rank(options_.worker_rank);
-  header.set_epoch(map_.epoch());
+  header.set_epoch(epoch_.load(std::memory_order_acquire));
+  header.set_worker_incarnation(options_.incarnation);
   header.set_num_keys(keys.size() / sizeof(uint64_t));
   header.set_value_bytes(values.size());
   Message m;
-  m.peer = peers_[server];
+  m.peer = PeerOf(server);
   m.header = SerializeHeader(header);
   m.keys = std::move(keys);
   m.values = std::move(values);
+  requests_.Keep(id, m.header, m.keys, m.values);  // for a re-send to a replacement
   Status s = transport_->Send(std::move(m));
   if (!s.ok()) requests_.SendFailed(id, s);
 }

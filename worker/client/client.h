@@ -32,6 +32,7 @@
 // of a failed ticket are never copied. Every Ticket must be waited on exactly once.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -54,6 +55,12 @@ struct ClientOptions {
   int worker_rank = 0;
   int timeout_ms = 30000;
   int max_inflight = 64;
+  // Server failover (client_failover.cc): stamped on every request (Header.worker_incarnation)
+  // so servers drop re-sent pushes they already applied; 0: not stamped.
+  uint64_t incarnation = 0;
+  // How long a request to a server the coordinator reports dead waits for its replacement
+  // (cluster.server_replace_timeout_ms) before its ticket fails.
+  int replace_timeout_ms = 0;
 };
 
 // One call on a dense table: what PullDense / PushDense / InitDense build, for callers that need
@@ -167,6 +174,16 @@ class Client {
   uint64_t version(uint32_t table) const { return requests_.version(table); }
   ClientStats stats() const { return requests_.stats(); }
 
+  // Server failover (client_failover.cc): the coordinator's view, from each heartbeat reply. A
+  // server reported dead holds its requests' deadlines for options.replace_timeout_ms; a server
+  // rank with a new incarnation (a replacement: new endpoint, or the same one restarted) is
+  // connected to, and every unanswered request to it is re-sent (same request id; the server
+  // drops pushes it already applied). Thread-safe.
+  void OnClusterState(const proto::ClusterState& state) EXCLUDES(route_mu_);
+  // Requests re-sent to replacements so far.
+  uint64_t requests_resent() const { return requests_.resent(); }
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+
  private:
   // One sparse push, whichever public call made it.
   struct SparsePush {
@@ -202,8 +219,13 @@ class Client {
   const proto::ShardMap map_;
   const KeyRouter router_;
   const std::vector<std::vector<DenseRoute>> dense_routes_;  // by table id
-  // Written by Start() before the transport runs, read-only after.
-  std::vector<PeerId> peers_;  // by server rank
+  PeerId PeerOf(int server) const EXCLUDES(route_mu_);
+
+  mutable Mutex route_mu_;
+  std::vector<PeerId> peers_ GUARDED_BY(route_mu_);  // by server rank; a replacement's replaces it
+  std::vector<std::string> endpoints_ GUARDED_BY(route_mu_);
+  std::vector<uint64_t> incarnations_ GUARDED_BY(route_mu_);  // 0: not seen yet
+  std::atomic<uint64_t> epoch_{0};
   RequestTable requests_;
 
   mutable Mutex codec_mu_;

@@ -115,6 +115,7 @@ void RequestTable::OnReply(const proto::Header& header, Buffer values) {
       r->reply = std::move(values);  // a view of the received frame: no copy here
       t->arrived.push_back(std::move(r));
     }
+    if (s.ok() && (t->op == proto::OP_PUSH_SPARSE || t->op == proto::OP_PUSH_DENSE)) ++stats_.pushes_acked;
     if (s.ok() && t->table < versions_.size()) {
       versions_[t->table] = std::max(versions_[t->table], header.version());
     }
@@ -154,9 +155,12 @@ Status RequestTable::Wait(Ticket ticket) {
     auto it = tickets_.find(ticket);
     if (it == tickets_.end()) return InvalidArgument("unknown or already waited ticket");
     TicketState* t = it->second.get();
-    bool finished = cv_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
-      return t->remaining == 0 || !t->status.ok() || stopped_;
-    });
+    bool finished = false;
+    do {
+      finished = cv_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
+        return t->remaining == 0 || !t->status.ok() || stopped_;
+      });
+    } while (!finished && t->status.ok() && ExtendForDownServerLocked(ticket, t));
     if (!finished && t->status.ok()) {
       t->status = DeadlineExceeded(describe_(t->op, t->table) + ": no reply within " +
                                    std::to_string(timeout_ms_) + " ms from " + SilentServersLocked(ticket));

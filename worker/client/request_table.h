@@ -42,6 +42,7 @@ struct ClientStats {
   uint64_t bytes_pushed = 0;  // all frames of push/init requests
   uint64_t bytes_pulled = 0;  // values frames of pull replies
   uint64_t errors = 0;
+  uint64_t pushes_acked = 0;  // push messages (sparse and dense) a server answered OK
   // The same two by table id (push/init bytes; pull reply values), for the metrics.
   std::vector<uint64_t> bytes_pushed_by_table;
   std::vector<uint64_t> bytes_pulled_by_table;
@@ -98,6 +99,22 @@ class RequestTable {
   // the first time (the caller then stops what feeds the table).
   bool Stop() EXCLUDES(mu_);
 
+  // Server failover (request_table_resend.cc). Keep: the frames of message `request_id` as sent
+  // (ref-counted Buffers, kept until its reply), so it can be re-sent to a replacement.
+  void Keep(uint64_t request_id, const Buffer& header, const Buffer& keys, const Buffer& values)
+      EXCLUDES(mu_);
+  // Server `server` is down until `until` (0 time: up again): a ticket whose deadline passes
+  // while one of its unanswered messages waits for that server waits until `until` instead of
+  // failing with DeadlineExceeded (then it fails naming the server and the replacement wait).
+  void SetServerDown(int server, std::chrono::steady_clock::time_point until) EXCLUDES(mu_);
+  // A replacement of `server` is reachable: every unanswered message to it is handed to `send`
+  // (its kept frames; same request id), and each of their tickets gets a fresh timeout. Returns
+  // how many were re-sent. `send` is called outside the lock.
+  using Resender = std::function<void(uint64_t request_id, const Buffer& header, const Buffer& keys,
+                                      const Buffer& values)>;
+  size_t Resend(int server, const Resender& send) EXCLUDES(mu_);
+  uint64_t resent() const EXCLUDES(mu_);
+
   // Highest parameter version any reply for `table` reported (0 for ids past num_tables).
   uint64_t version(uint32_t table) const EXCLUDES(mu_);
   ClientStats stats() const EXCLUDES(mu_);
@@ -110,6 +127,7 @@ class RequestTable {
     size_t expect_bytes = 0;
     std::unique_ptr<ReplySink> sink;
     Buffer reply;  // the reply's values frame, kept until Wait delivers it
+    Buffer sent_header, sent_keys, sent_values;  // as sent (Keep), for a re-send
   };
   struct TicketState {
     proto::Op op = proto::OP_UNSPECIFIED;
@@ -140,6 +158,11 @@ class RequestTable {
   bool stopped_ GUARDED_BY(mu_) = false;
   std::vector<uint64_t> versions_ GUARDED_BY(mu_);  // by table id
   ClientStats stats_ GUARDED_BY(mu_);
+  std::vector<Clock::time_point> down_until_ GUARDED_BY(mu_);  // by server; default: up
+  uint64_t resent_ GUARDED_BY(mu_) = 0;
+  // Wait's deadline rule with SetServerDown: true when the ticket's deadline was moved to the end
+  // of a replacement wait of one of its silent servers.
+  bool ExtendForDownServerLocked(Ticket ticket, TicketState* t) REQUIRES(mu_);
 };
 
 }  // namespace osprey::worker

@@ -1,0 +1,169 @@
+// Server failover with real processes (issue 12, item 1): the test starts osprey-coordinator, two
+// osprey-server (--rank 0, 1) and two osprey-worker processes itself, as a scheduler would, then
+// kills server 1 with SIGKILL three times at random steps, each time starting a replacement by
+// hand right away (`osprey-server --rank 1 --restore CKPT`, a new incarnation: the coordinator
+// takes it at once, bumps the shard-map epoch, and the workers re-send what the dead server left
+// unanswered). The job must complete, every surviving process exit 0, and rank 0's held-out AUC
+// be within 0.003 of an undisturbed run of the same job in the same test (native store: each
+// restore rolls server 1 back to its last checkpoint, every 10 optimizer steps here), and the
+// same with the redis store (write_through), whose replacement reads its rows from Redis.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/process_job.h"
+#ifdef OSPREY_TEST_REDIS
+#include "tests/testing/redis_fixture.h"
+#endif
+#include "tests/testing/test_env.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using osprey::testing::EnvOr;
+using osprey::testing::ReadFile;
+
+constexpr int kSteps = 400;
+constexpr int kKills = 3;
+
+using osprey::testing::Child;
+using osprey::testing::ProcessJob;
+
+std::string Describe(const Child& c) {
+  if (!c.reaped) return c.name + " still running";
+  if (WIFEXITED(c.status)) return c.name + " exited " + std::to_string(WEXITSTATUS(c.status));
+  if (WIFSIGNALED(c.status)) return c.name + " killed by signal " + std::to_string(WTERMSIG(c.status));
+  return c.name + " ?";
+}
+
+double Auc(const std::string& log) {
+  static const std::regex re(R"(held-out: AUC ([0-9.]+))");
+  std::string text = ReadFile(log);
+  std::smatch m;
+  return std::regex_search(text, m, re) ? std::stod(m[1]) : -1;
+}
+
+long TrainedSteps(const std::string& log) {
+  static const std::regex re(R"(worker \d+ trained (\d+) steps)");
+  std::string text = ReadFile(log);
+  std::smatch m;
+  return std::regex_search(text, m, re) ? std::stol(m[1]) : -1;
+}
+
+// Extra --set values of every run of a test (the redis store's).
+std::vector<std::string> g_store_sets;
+
+std::vector<std::string> Sets(const std::string& extra_mode) {
+  std::vector<std::string> sets = {"train.steps=" + std::to_string(kSteps), "train.eval_samples=4000",
+                                   "cluster.heartbeat_interval_ms=50", "cluster.heartbeat_timeout_ms=2000",
+                                   "cluster.server_replace_timeout_ms=20000", "checkpoint.every_steps=10",
+                                   "log.level=info"};
+  if (!extra_mode.empty()) sets.push_back(extra_mode);
+  sets.insert(sets.end(), g_store_sets.begin(), g_store_sets.end());
+  return sets;
+}
+
+// Runs the job undisturbed; returns rank 0's AUC.
+double Undisturbed(const std::string& config, const std::string& dir) {
+  ProcessJob job(config, Sets(""), dir);
+  job.Start();
+  EXPECT_TRUE(job.WaitAll(120)) << job.Logs();
+  for (auto& c : job.children()) {
+    EXPECT_TRUE(c.reaped && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << Describe(c) << job.Logs();
+  }
+  return Auc(job.log("worker-0"));
+}
+
+// Kills server 1 kKills times at random steps, a replacement started at once each time.
+double WithKills(const std::string& config, const std::string& dir) {
+  ProcessJob job(config, Sets(""), dir);
+  job.Start();
+  const unsigned seed = static_cast<unsigned>(Clock::now().time_since_epoch().count());
+  std::mt19937 rng(seed);
+  std::vector<long> at;
+  for (int k = 0; k < kKills; ++k) {
+    at.push_back(60 + k * 100 + static_cast<long>(rng() % 60));  // in [60,120), [160,220), [260,320)
+  }
+  std::printf("seed %u: killing server 1 at worker-0 steps %ld, %ld, %ld\n", seed, at[0], at[1], at[2]);
+  const std::string ckpt_file = job.ckpt() + "/server-1-of-2.ckpt";
+  for (int k = 0; k < kKills; ++k) {
+    const std::string victim = k == 0 ? "server-1" : "server-1-r" + std::to_string(k);
+    const bool redis = !g_store_sets.empty();  // redis: nothing to restore from a file
+    EXPECT_TRUE(job.WaitFor([&] { return job.Step(0) >= at[k] && (redis || std::filesystem::exists(ckpt_file)); }, 60))
+        << "worker 0 never reached step " << at[k] << "\n" << job.Logs();
+    if (::testing::Test::HasFailure()) return -1;
+    Child& c = job.child(victim);
+    EXPECT_EQ(::kill(c.pid, SIGKILL), 0);
+    while (!job.Exited(c)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::printf("killed %s at worker-0 step %ld\n", victim.c_str(), job.Step(0));
+    std::vector<std::string> flags = {"--rank", "1"};
+    if (!redis) flags.insert(flags.end(), {"--restore", job.ckpt()});
+    job.Spawn("server-1-r" + std::to_string(k + 1), "osprey-server", flags);
+    osprey::proto::NodeState n;
+    EXPECT_TRUE(job.WaitFor([&] {
+      return job.Node(osprey::proto::ROLE_SERVER, 1, &n) && n.alive() && n.replacements() == static_cast<uint32_t>(k + 1);
+    }, 30)) << "the replacement did not register\n" << job.Logs();
+    // Training resumes: worker 0 makes steps again.
+    const long resumed_from = job.Step(0);
+    EXPECT_TRUE(job.WaitFor([&] { return job.Step(0) >= resumed_from + 5; }, 30))
+        << "training did not resume after replacement " << k + 1 << "\n" << job.Logs();
+    if (::testing::Test::HasFailure()) return -1;
+  }
+  EXPECT_TRUE(job.WaitAll(120)) << job.Logs();
+  for (auto& c : job.children()) {
+    if (c.name == "server-1" || c.name == "server-1-r1" || c.name == "server-1-r2") continue;  // killed
+    EXPECT_TRUE(c.reaped && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << Describe(c) << job.Logs();
+  }
+  EXPECT_EQ(TrainedSteps(job.log("worker-0")), kSteps);
+  EXPECT_EQ(TrainedSteps(job.log("worker-1")), kSteps);
+  const std::string coord = ReadFile(job.log("coordinator"));
+  EXPECT_NE(coord.find("shard-map epoch 4"), std::string::npos) << "three replacements, three epoch bumps\n" << coord;
+  const std::string last = ReadFile(job.log("server-1-r3"));
+  EXPECT_NE(last.find("is a replacement"), std::string::npos) << last;
+  if (g_store_sets.empty()) EXPECT_NE(last.find("restored checkpoint"), std::string::npos) << last;
+  return Auc(job.log("worker-0"));
+}
+
+void RunKillTest(const std::string& config, const std::string& name) {
+  const bool redis = !g_store_sets.empty();
+  if (redis) g_store_sets.push_back("store.redis.key_prefix=osprey-base");  // two runs, one Redis
+  const double base = Undisturbed(config, ::testing::TempDir() + "/osprey-failover-" + name + "-base");
+  if (redis) g_store_sets.back() = "store.redis.key_prefix=osprey-kill";
+  ASSERT_GT(base, 0.5) << "the undisturbed run did not learn";
+  const double killed = WithKills(config, ::testing::TempDir() + "/osprey-failover-" + name + "-kill");
+  std::printf("%s: AUC undisturbed %.4f, with %d server kills %.4f\n", name.c_str(), base, kKills, killed);
+  EXPECT_NEAR(killed, base, 0.003);
+}
+
+TEST(ServerFailoverProcessTest, AsyncNativeSurvivesThreeServerKills) { RunKillTest("async.yaml", "async"); }
+
+TEST(ServerFailoverProcessTest, BspNativeSurvivesThreeServerKills) { RunKillTest("bsp.yaml", "bsp"); }
+
+#ifdef OSPREY_TEST_REDIS
+// Redis write_through: the replacement loads nothing, it reads server 1's rows from Redis (every
+// acknowledged push is there). NOT asserted: that no push was applied twice (the dedup window
+// is not persisted in Redis; README "Failures").
+TEST(ServerFailoverProcessTest, RedisWriteThroughSurvivesThreeServerKills) {
+  auto redis = osprey::testing::RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  g_store_sets = {"store.type=redis", "store.redis.local=none",
+                  "store.redis.endpoints=" + (*redis)->endpoint().ToString(),
+                  "store.redis.write_policy=write_through"};
+  RunKillTest("async.yaml", "redis");
+  g_store_sets.clear();
+}
+#endif
+
+}  // namespace
