@@ -34,6 +34,7 @@ StatusOr<std::string> Coordinator::Start(const std::string& endpoint) {
     started_ = true;
     // The startup timeout counts from the moment the coordinator can be reached.
     state_ = JobState(config_, NewSessionId(), Clock::now());
+    if (recover_) state_.BeginRecovery(Clock::now());
   }
   transport_->SetHandler([this](Message&& msg) { Handle(std::move(msg)); });
   OSPREY_ASSIGN_OR_RETURN(std::string bound, transport_->Listen(endpoint));
@@ -42,6 +43,11 @@ StatusOr<std::string> Coordinator::Start(const std::string& endpoint) {
   OSPREY_LOG_INFO("coordinator listening on {} (expecting {} servers, {} workers)", bound,
                   config_.cluster.num_servers, config_.cluster.num_workers);
   return bound;
+}
+
+void Coordinator::SetRecover(bool recover) {
+  MutexLock lock(&mu_);
+  recover_ = recover;
 }
 
 void Coordinator::Stop() {

@@ -55,6 +55,11 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
+  // Before Start(): start as a restarted coordinator (osprey-coordinator --recover) that rebuilds
+  // the running job from the nodes' re-registrations (JobState::BeginRecovery,
+  // job_state_recover.cc) instead of waiting for a fresh rendezvous.
+  void SetRecover(bool recover) EXCLUDES(mu_);
+
   // Listens on `endpoint` (port 0: any free port), starts the transport and the timer thread,
   // and returns the bound endpoint. The startup timeout counts from here. Call once.
   StatusOr<std::string> Start(const std::string& endpoint);
@@ -112,6 +117,7 @@ class Coordinator {
   bool over_ GUARDED_BY(mu_) = false;
   bool started_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
+  bool recover_ GUARDED_BY(mu_) = false;
 
   std::atomic<uint64_t> bad_requests_{0};
   RefusalLog refusals_;  // logs the first refusal of each op

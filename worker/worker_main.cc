@@ -70,6 +70,7 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = job.cluster.heartbeat_interval_ms;
   hb.timeout_ms = job.cluster.heartbeat_timeout_ms;
+  hb.outage_ms = job.cluster.coordinator_outage_ms;  // train on and re-register meanwhile
   hb.fill = [trainer, rank] {
     worker::Progress p = trainer->progress();
     proto::Heartbeat h;
@@ -159,7 +160,9 @@ int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* c
   report.set_bytes_pulled(cs.bytes_pulled);
   trainer->FillReport(&report);
   LogReport(report, rank, cs);
-  s = coord->Report(report, job.client.timeout_ms);
+  // A report sent while the coordinator is away is re-sent once it is back (coordinator_client.h).
+  s = coord->Report(report, std::max(job.client.timeout_ms, job.cluster.coordinator_outage_ms +
+                                                                job.cluster.heartbeat_timeout_ms));
   if (!s.ok()) return Fail(s, "report");
   return 0;
 }
