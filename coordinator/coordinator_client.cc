@@ -184,7 +184,7 @@ void CoordinatorClient::HeartbeatLoop(const HeartbeatOptions& options) {
   const bool outages = options.outage_ms > 0;
   // Without outages: lost after timeout_ms of silence. With them: after outage_ms, and one call
   // waits at most max(2 intervals, 1 s), so a coordinator that died mid-call is noticed soon.
-  const Ms budget(outages ? std::max(options.outage_ms, options.timeout_ms) : options.timeout_ms);
+  const Ms budget(outages ? options.outage_ms : options.timeout_ms);
   const int attempt_cap = outages ? std::max(2 * options.interval_ms, 1000) : options.timeout_ms;
   bool can_rejoin = false;
   {
@@ -239,16 +239,20 @@ void CoordinatorClient::HeartbeatLoop(const HeartbeatOptions& options) {
       if (options.on_state) options.on_state(state);
       continue;
     }
-    // No answer yet (or the send failed): retried until the budget runs out. A refusal is final.
-    if (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnavailable) {
-      if (can_rejoin) {
-        OSPREY_LOG_WARN("the coordinator at {} does not answer ({}): going on, re-registering "
-                        "for up to {} ms", rpc_->endpoint(), st.message(), budget.count());
-        rejoining = true;
-        next = SteadyClock::now();
-      }
+    // No answer yet (or the send failed): retried until the budget runs out. A refusal is final,
+    // except that a node that can re-register asks once more that way: a coordinator restarted
+    // without --recover (which refuses heartbeats before its rendezvous) then says so.
+    const bool retry =
+        st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnavailable;
+    if (can_rejoin) {
+      OSPREY_LOG_WARN("the coordinator at {} {} ({}): going on, re-registering for up to {} ms",
+                      rpc_->endpoint(), retry ? "does not answer" : "refused a heartbeat",
+                      st.message(), budget.count());
+      rejoining = true;
+      next = SteadyClock::now();
       continue;
     }
+    if (retry) continue;
     Lost(options, st.WithContext("the coordinator refused a heartbeat"));
     return;
   }

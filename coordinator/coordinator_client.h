@@ -20,9 +20,9 @@
 // Once a coordinator accepts, heartbeats go on and the calls that were waiting (a barrier, a
 // report) are re-sent with their request ids; until then an Unavailable reply does not end them.
 // Only when nothing was answered for `outage_ms` is `on_lost` called (and every waiting call
-// ends with that reason). A refused re-registration (another session, a coordinator started
-// without --recover) is final at once. A live coordinator answers a needless re-registration
-// as a no-op.
+// ends with that reason). A refused heartbeat makes the node re-register at once, and a refused
+// re-registration (another session, a coordinator started without --recover, a node marked dead)
+// is final at once. A live coordinator answers a needless re-registration as a no-op.
 //
 // Thread-safety: every method may be called from any thread, concurrently. The callbacks run on
 // the heartbeat thread; they must not call Stop() (it joins that thread). Stop() and the

@@ -239,8 +239,9 @@ int main(int argc, char** argv) {
   std::atomic<bool> aborted{false};
   s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &client, &aborted);
   if (!s.ok()) return Fail(s, "heartbeats");
-  if (int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers); rc != 0) return rc;
+  const int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers);
+  // Joins the heartbeat thread first: its on_lost may be stopping `client` right now.
   (*coord)->Stop();
   client.Stop();
-  return 0;
+  return rc;
 }

@@ -194,7 +194,8 @@ TEST_F(JobStateRecoverTest, DeadNodeInTheCarriedStateIsNotWaitedFor) {
   ASSERT_TRUE(Send(server).ok());
   ASSERT_TRUE(Send(Rejoin(proto::ROLE_WORKER, 0)).ok());
   EXPECT_FALSE(state_.recovering());
-  EXPECT_FALSE(NodeOf(state_.Snapshot(), proto::ROLE_WORKER, 1)->alive());
+  const proto::ClusterState s = state_.Snapshot();
+  EXPECT_FALSE(NodeOf(s, proto::ROLE_WORKER, 1)->alive());
 }
 
 TEST_F(JobStateRecoverTest, EpochNeverGoesBack) {
@@ -250,7 +251,8 @@ TEST(JobStateRejoinLiveTest, LiveCoordinatorAnswersARejoinAsANoOpAndRefusesAnoth
   EXPECT_FALSE(reply.recovered()) << "this coordinator never lost the worker";
   // The re-registration counts as a sign of life (the server, silent since t0, is dead by now).
   s.Tick(t0 + Ms(2500), &out);
-  for (const proto::NodeState& n : s.Snapshot().nodes()) {
+  const proto::ClusterState after = s.Snapshot();
+  for (const proto::NodeState& n : after.nodes()) {
     EXPECT_EQ(n.alive(), n.role() == proto::ROLE_WORKER) << n.role();
   }
   again.set_session_id(0x99);
