@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "job/node_flags.h"
 #include "common/logging.h"
@@ -66,7 +68,8 @@ worker::HostGroup MakeHostGroup(const proto::RegisterReply& reg, coordinator::Co
 // Heartbeats carry the trainer's progress; a job shutting down on a failure, or a lost
 // coordinator, stops the client, which fails every outstanding request so training stops now.
 Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobConfig& job, int rank,
-                       worker::TrainLoop* trainer, worker::Client* client, std::atomic<bool>* aborted) {
+                       worker::TrainLoop* trainer, worker::Client* client, std::atomic<bool>* aborted,
+                       std::atomic<bool>* over) {
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = job.cluster.heartbeat_interval_ms;
   hb.timeout_ms = job.cluster.heartbeat_timeout_ms;
@@ -81,7 +84,8 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_samples(p.samples);
     return h;
   };
-  hb.on_state = [client, aborted](const proto::ClusterState& st) {
+  hb.on_state = [client, aborted, over](const proto::ClusterState& st) {
+    if (st.shutting_down()) over->store(true);
     if (st.shutting_down() && !st.failure().empty() && !aborted->exchange(true)) {
       OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
       client->Stop();
@@ -132,7 +136,7 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
 
 // Init, train, the train-done barrier, evaluation and the report; returns the exit code.
 int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* coord, worker::Client* client,
-                   const config::JobConfig& job, int rank, int num_workers) {
+                   const config::JobConfig& job, int rank, int num_workers, const std::atomic<bool>& over) {
   OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job.train.steps,
                   job.train.batch_size);
   Status s = trainer->Init();
@@ -164,6 +168,16 @@ int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* c
   s = coord->Report(report, std::max(job.client.timeout_ms, job.cluster.coordinator_outage_ms +
                                                                 job.cluster.heartbeat_timeout_ms));
   if (!s.ok()) return Fail(s, "report");
+  // Coordinator restart: stay (heartbeating) until the job is over or two heartbeat intervals
+  // passed, so the servers' heartbeats carry this report on and a coordinator restarted meanwhile
+  // learns it from them (job_state_recover.cc) instead of waiting for this worker.
+  if (job.cluster.coordinator_outage_ms > 0) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(2 * job.cluster.heartbeat_interval_ms);
+    while (!over.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   return 0;
 }
 
@@ -237,9 +251,10 @@ int main(int argc, char** argv) {
     OSPREY_LOG_INFO("worker {} metrics on {}", rank, exposer->url());
   }
   std::atomic<bool> aborted{false};
-  s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &client, &aborted);
+  std::atomic<bool> over{false};  // the coordinator says the job is shutting down
+  s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &client, &aborted, &over);
   if (!s.ok()) return Fail(s, "heartbeats");
-  const int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers);
+  const int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers, over);
   // Joins the heartbeat thread first: its on_lost may be stopping `client` right now.
   (*coord)->Stop();
   client.Stop();
