@@ -88,6 +88,9 @@ class JobState {
   // coordinator started with --recover. See "Recovery" in job_state_recover.cc for the rules.
   void BeginRecovery(Clock::time_point now);
   bool recovering() const { return recovering_; }
+  // While recovering: the session and state a MetadataStore kept (metadata_store.h).
+  void AdoptStoredMetadata(uint64_t session_id, const proto::ClusterState& state);
+  uint64_t session_id() const { return session_id_; }
 
   // Applies the startup timeout and heartbeat timeouts; call every few tens of milliseconds.
   void Tick(Clock::time_point now, Outbox* out);

@@ -5,7 +5,8 @@
 // heartbeats not yet due. The nodes, which went on training while it was away, re-register
 // (RegisterRequest.rejoin) with their role, rank, incarnation, endpoint, session id, progress,
 // the newest shard map epoch they saw and the last ClusterState they received. Rules:
-//  - The first re-registration's session id is adopted; one with another session id is refused
+//  - The session id kept in the job's MetadataStore (AdoptStoredMetadata), else the first
+//    re-registration's, is adopted; one with another session id is refused
 //    (FailedPrecondition naming both), as is a rank outside the job, a server without an
 //    endpoint, and a fresh (non-rejoin) registration while recovering. A rank that is back
 //    already may re-register again with the same incarnation (a repeat is answered again); with
@@ -66,6 +67,14 @@ void JobState::BeginRecovery(Clock::time_point now) {
   OSPREY_LOG_WARN("recovering (--recover): waiting up to {} ms (cluster.heartbeat_timeout_ms) for "
                   "{} servers and {} workers to re-register", cluster_.heartbeat_timeout_ms,
                   cluster_.num_servers, cluster_.num_workers);
+}
+
+void JobState::AdoptStoredMetadata(uint64_t session_id, const proto::ClusterState& state) {
+  if (!recovering_ || session_id == 0) return;
+  session_id_ = session_id;
+  AdoptLastState(state);
+  OSPREY_LOG_INFO("recovering session {:x} from the stored metadata: epoch {}, {} worker reports",
+                  session_id_, shard_map_.epoch(), reports_.size());
 }
 
 Status JobState::RecoveryGate(proto::Role role, int rank) const {
