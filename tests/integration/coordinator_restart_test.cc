@@ -13,6 +13,8 @@
 //    passed (not before), naming the setting.
 //  - a coordinator restarted without --recover refuses the re-registrations: the nodes fail at
 //    once, saying so.
+//  - store.type redis (a real redis-server): the restarted coordinator reads the job's metadata
+//    from Redis first, and the job completes.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -36,6 +38,9 @@
 #include "coordinator/final_state.h"
 #include "tests/testing/free_port.h"
 #include "tests/testing/test_env.h"
+#ifdef OSPREY_HAVE_REDIS
+#include "tests/testing/redis_fixture.h"
+#endif
 
 namespace {
 
@@ -356,5 +361,25 @@ TEST(CoordinatorRestartTest, CoordinatorRestartedWithoutRecoverIsRefusedClearly)
         << c.name << ":\n" << ReadFile(job.log(c.name));
   }
 }
+
+#ifdef OSPREY_HAVE_REDIS
+TEST(CoordinatorRestartTest, RedisStoreJobRecoversFromTheMetadataInRedis) {
+  auto redis = osprey::testing::RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  constexpr int kSteps = 1500;
+  Job job("local-redis.yaml",
+          {"train.steps=" + std::to_string(kSteps), "train.eval_samples=4000", "store.redis.local=none",
+           "store.redis.endpoints=" + (*redis)->endpoint().ToString(), "store.redis.key_prefix=restart"},
+          "redis");
+  job.Start();
+  long at_kill = 0, at_resume = 0;
+  double s = KillAndRecover(job, 200, &at_kill, &at_resume);
+  ASSERT_GE(s, 0);
+  std::printf("redis store: kill at worker clock %ld, heartbeats resumed after %.3f s\n", at_kill, s);
+  EXPECT_NE(ReadFile(job.log(job.coordinator())).find("from the stored metadata"), std::string::npos)
+      << ReadFile(job.log(job.coordinator()));
+  ExpectCompleted(job, kSteps);
+}
+#endif
 
 }  // namespace
