@@ -34,6 +34,16 @@ StatusOr<std::string> Coordinator::Start(const std::string& endpoint) {
     started_ = true;
     // The startup timeout counts from the moment the coordinator can be reached.
     state_ = JobState(config_, NewSessionId(), Clock::now());
+    if (recover_) state_.BeginRecovery(Clock::now());
+    if (recover_ && metadata_) {
+      StatusOr<std::optional<StoredMetadata>> stored = metadata_->Load();
+      if (!stored.ok()) {
+        OSPREY_LOG_WARN("the job's stored metadata: {}; recovering from the nodes alone",
+                        stored.status().ToString());
+      } else if (stored->has_value()) {
+        state_.AdoptStoredMetadata((*stored)->session_id, (*stored)->state);
+      }
+    }
   }
   transport_->SetHandler([this](Message&& msg) { Handle(std::move(msg)); });
   OSPREY_ASSIGN_OR_RETURN(std::string bound, transport_->Listen(endpoint));
@@ -42,6 +52,15 @@ StatusOr<std::string> Coordinator::Start(const std::string& endpoint) {
   OSPREY_LOG_INFO("coordinator listening on {} (expecting {} servers, {} workers)", bound,
                   config_.cluster.num_servers, config_.cluster.num_workers);
   return bound;
+}
+
+void Coordinator::SetRecover(bool recover) {
+  MutexLock lock(&mu_);
+  recover_ = recover;
+}
+
+void Coordinator::SetMetadataStore(std::unique_ptr<MetadataStore> store) {
+  metadata_ = std::move(store);
 }
 
 void Coordinator::Stop() {
@@ -104,6 +123,7 @@ void Coordinator::UpdateOverLocked() {
 
 void Coordinator::TimerLoop() {
   MutexLock lock(&mu_);
+  Clock::time_point saved_at;
   while (!stopped_) {
     Outbox out;
     state_.Tick(Clock::now(), &out);
@@ -113,8 +133,29 @@ void Coordinator::TimerLoop() {
       Send(&out);
       lock.Lock();
     }
+    if (metadata_ && !state_.recovering() && Clock::now() - saved_at >= std::chrono::milliseconds(100)) {
+      StoredMetadata m{state_.session_id(), state_.Snapshot()};
+      lock.Unlock();
+      SaveMetadata(m);
+      saved_at = Clock::now();
+      lock.Lock();
+    }
     cv_.WaitFor(&lock, tick_, [this]() REQUIRES(mu_) { return stopped_; });
   }
+}
+
+void Coordinator::SaveMetadata(const StoredMetadata& m) {
+  // Heartbeat counters change every interval and mean nothing to a restarted coordinator.
+  proto::ClusterState state = m.state;
+  for (proto::NodeState& n : *state.mutable_nodes()) n.clear_heartbeats();
+  std::string key = std::to_string(m.session_id) + state.SerializeAsString();
+  if (key == saved_metadata_) return;
+  Status st = metadata_->Save(StoredMetadata{m.session_id, std::move(state)});
+  if (!st.ok()) {
+    OSPREY_LOG_WARN("saving the job's metadata: {}", st.ToString());
+    return;
+  }
+  saved_metadata_ = std::move(key);
 }
 
 void Coordinator::Send(Outbox* out) {

@@ -43,6 +43,7 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "coordinator/job_state.h"
+#include "coordinator/metadata_store.h"
 #include "osprey.pb.h"
 
 namespace osprey::coordinator {
@@ -54,6 +55,14 @@ class Coordinator {
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
+
+  // Before Start(): start as a restarted coordinator (osprey-coordinator --recover) that rebuilds
+  // the running job from the nodes' re-registrations (JobState::BeginRecovery,
+  // job_state_recover.cc) instead of waiting for a fresh rendezvous.
+  void SetRecover(bool recover) EXCLUDES(mu_);
+  // Before Start(): keep the job's metadata in `store` (saved by the timer thread when it
+  // changed, at most every 100 ms); with SetRecover, Start() reads it back first.
+  void SetMetadataStore(std::unique_ptr<MetadataStore> store);
 
   // Listens on `endpoint` (port 0: any free port), starts the transport and the timer thread,
   // and returns the bound endpoint. The startup timeout counts from here. Call once.
@@ -98,6 +107,8 @@ class Coordinator {
   bool Refused(const Message& msg, const ReplyAddress& from, proto::Op op, const Status& why,
                Outbox* out);
   void TimerLoop();
+  // Saves `m` unless it is what was saved last (timer thread, without mu_).
+  void SaveMetadata(const StoredMetadata& m);
   // Sends the replies; called without mu_ held.
   void Send(Outbox* out);
   void UpdateOverLocked() REQUIRES(mu_);
@@ -112,6 +123,9 @@ class Coordinator {
   bool over_ GUARDED_BY(mu_) = false;
   bool started_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
+  bool recover_ GUARDED_BY(mu_) = false;
+  std::unique_ptr<MetadataStore> metadata_;  // set before Start(); then the timer thread's
+  std::string saved_metadata_;                // the timer thread's: what was saved last
 
   std::atomic<uint64_t> bad_requests_{0};
   RefusalLog refusals_;  // logs the first refusal of each op

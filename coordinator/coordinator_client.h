@@ -12,6 +12,18 @@
 // `timeout_ms`, or the coordinator refused one (e.g. the node was marked dead), `on_lost` is
 // called once with the reason and heartbeats stop; the node should then exit.
 //
+// Coordinator restart (#12), with `outage_ms` > 0 (cluster.coordinator_outage_ms): a heartbeat
+// that gets no answer within max(2 intervals, 1 s) -- or an Unavailable one, from a restarted
+// coordinator that does not know this node yet -- does not end anything: the node goes on, and
+// every interval re-registers (RegisterRequest.rejoin: the role, rank, incarnation, endpoint and
+// session id of its Register() call, its progress from `fill`, the last ClusterState it got).
+// Once a coordinator accepts, heartbeats go on and the calls that were waiting (a barrier, a
+// report) are re-sent with their request ids; until then an Unavailable reply does not end them.
+// Only when nothing was answered for `outage_ms` is `on_lost` called (and every waiting call
+// ends with that reason). A refused heartbeat makes the node re-register at once, and a refused
+// re-registration (another session, a coordinator started without --recover, a node marked dead)
+// is final at once. A live coordinator answers a needless re-registration as a no-op.
+//
 // Thread-safety: every method may be called from any thread, concurrently. The callbacks run on
 // the heartbeat thread; they must not call Stop() (it joins that thread). Stop() and the
 // destructor stop heartbeats, wake calls in flight (Unavailable) and join.
@@ -37,6 +49,7 @@ struct HeartbeatOptions {
   std::function<proto::Heartbeat()> fill;                     // required
   std::function<void(const proto::ClusterState&)> on_state;   // optional
   std::function<void(const Status&)> on_lost;                 // optional; called at most once
+  int outage_ms = 0;  // cluster.coordinator_outage_ms; 0: lost after timeout_ms, no re-registration
 };
 
 class CoordinatorClient {
@@ -79,12 +92,19 @@ class CoordinatorClient {
   void Stop();
 
   const std::string& endpoint() const { return rpc_->endpoint(); }
+  // This process's incarnation: the request's to Register(), or a random one Register() chose.
+  uint64_t incarnation() const EXCLUDES(mu_);
+  // Re-registrations a coordinator accepted (see above).
+  uint64_t rejoins() const EXCLUDES(mu_);
 
  private:
   explicit CoordinatorClient(std::unique_ptr<RpcClient> rpc);
   void HeartbeatLoop(const HeartbeatOptions& options);
-  // Records the loss and calls on_lost.
+  // Records the loss, ends the waiting calls and calls on_lost.
   void Lost(const HeartbeatOptions& options, const Status& why);
+  // One re-registration attempt (see above); OK once a coordinator accepted it.
+  Status Rejoin(const HeartbeatOptions& options, const proto::ClusterState& last_state,
+                int timeout_ms) EXCLUDES(mu_);
 
   const std::unique_ptr<RpcClient> rpc_;
 
@@ -93,6 +113,12 @@ class CoordinatorClient {
   bool stopping_ GUARDED_BY(mu_) = false;
   bool heartbeating_ GUARDED_BY(mu_) = false;
   Status heartbeat_status_ GUARDED_BY(mu_);
+  // What Register() sent and got back: a re-registration repeats it.
+  bool registered_ GUARDED_BY(mu_) = false;
+  proto::RegisterRequest registration_ GUARDED_BY(mu_);
+  proto::RegisterReply registered_as_ GUARDED_BY(mu_);
+  uint64_t incarnation_ GUARDED_BY(mu_) = 0;
+  uint64_t rejoins_ GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;
 };
 

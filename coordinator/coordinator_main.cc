@@ -1,4 +1,10 @@
 // osprey-coordinator --config FILE [--set key=value]... [--listen ENDPOINT] [--final-state PATH]
+//                    [--recover]
+//
+// --recover: restart a coordinator that was killed mid-job, on the same endpoint: it rebuilds the
+// job from the nodes' re-registrations (they keep training meanwhile, for up to
+// cluster.coordinator_outage_ms) instead of a fresh rendezvous (coordinator/job_state_recover.cc),
+// and first from the job's metadata in Redis when store.type is redis (metadata_store.h).
 //
 // Runs the coordinator of one job until it is over. Exit codes: 0 the job succeeded, 1 it failed
 // (or the endpoint could not be bound), 2 bad flags or a bad config. SIGTERM / SIGINT keep their
@@ -18,6 +24,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "common/metrics/metrics.h"
 #include "coordinator/final_state.h"
+#include "coordinator/metadata_store.h"
 
 namespace {
 
@@ -25,6 +32,7 @@ struct Flags {
   osprey::config::NodeFlags node;  // --config, --set
   std::string listen;
   std::string final_state;
+  bool recover = false;
 };
 
 int Run(const Flags& flags) {
@@ -58,6 +66,16 @@ int Run(const Flags& flags) {
     return 1;
   }
   coordinator::Coordinator coord(*config, std::move(transport).value());
+  coord.SetRecover(flags.recover);
+  if (config->store.type == config::StoreType::kRedis) {  // the job's metadata beside its rows
+    auto metadata = coordinator::MakeRedisMetadataStore(config->store.redis);
+    if (metadata.ok()) {
+      coord.SetMetadataStore(std::move(metadata).value());
+      OSPREY_LOG_INFO("job metadata kept in Redis under {}:coordinator", config->store.redis.key_prefix);
+    } else {
+      OSPREY_LOG_WARN("job metadata not kept in Redis: {}", metadata.status().ToString());
+    }
+  }
   const std::string endpoint = flags.listen.empty() ? config->cluster.coordinator : flags.listen;
   StatusOr<std::string> bound = coord.Start(endpoint);
   if (!bound.ok()) {
@@ -107,6 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--listen", flags.listen, "endpoint to listen on (default: cluster.coordinator)");
   app.add_option("--final-state", flags.final_state,
                  "write the final ClusterState (binary protobuf) to this file on exit");
+  app.add_flag("--recover", flags.recover,
+               "restarted mid-job: rebuild the job from the nodes' re-registrations");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -119,6 +119,7 @@ Status JobState::MergeTableSizes(const proto::RegisterRequest& req) {
 
 void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest& req,
                           Clock::time_point now, Outbox* out) {
+  if (req.rejoin() || recovering_) return OnRejoin(from, req, now, out);  // job_state_recover.cc
   if (shutting_down_) {
     ReplyError(out, from, Aborted("the job is shutting down: " + failure_));
     return;
@@ -236,6 +237,10 @@ JobState::Node* JobState::FindNode(proto::Role role, int rank, Status* error) {
     return nullptr;
   }
   Node& node = nodes[rank];
+  if (Status gate = RecoveryGate(role, rank); !gate.ok()) {  // job_state_recover.cc
+    *error = gate;
+    return nullptr;
+  }
   if (!node.alive) {
     *error = FailedPrecondition(NodeName(role, rank, node.pid) +
                                 " was marked dead (no heartbeat for " +
@@ -294,7 +299,9 @@ void JobState::OnBarrier(const ReplyAddress& from, const proto::BarrierRequest& 
   }
   std::map<int, ReplyAddress>& waiters = barriers_[{req.name(), req.role()}];
   auto it = waiters.find(req.rank());
-  if (it != waiters.end()) {
+  // A re-sent arrival (same peer and request id, after a coordinator restart) is no newer one.
+  if (it != waiters.end() &&
+      (it->second.peer != from.peer || it->second.request_id != from.request_id)) {
     ReplyError(out, it->second, Aborted("barrier '" + req.name() +
                                         "': superseded by a newer arrival of the same rank"));
   }
@@ -303,6 +310,7 @@ void JobState::OnBarrier(const ReplyAddress& from, const proto::BarrierRequest& 
 }
 
 void JobState::ReleaseBarriers(Outbox* out) {
+  if (recovering_) return;  // a node not back yet may be waiting too: it re-sends its arrival
   for (auto it = barriers_.begin(); it != barriers_.end();) {
     const std::vector<Node>& nodes = NodesOf(static_cast<proto::Role>(it->first.second));
     bool all_here = true;
@@ -411,6 +419,7 @@ void JobState::OnShutdown(const ReplyAddress& from, const std::string& reason,
 
 void JobState::Tick(Clock::time_point now, Outbox* out) {
   if (shutting_down_) return;  // after this, the grace period in over() bounds the wait
+  if (recovering_) return TickRecovery(now, out);  // job_state_recover.cc
   if (!rendezvous_complete_) {
     if (now - start_ >= Ms(cluster_.startup_timeout_ms)) {
       BeginShutdown("the rendezvous did not complete within " +
@@ -442,7 +451,7 @@ void JobState::MarkDead(Node& node, Clock::time_point now, Outbox* out) {
 }
 
 void JobState::CheckDone(Clock::time_point now, Outbox* out) {
-  if (done_ || shutting_down_ || !rendezvous_complete_) return;
+  if (done_ || shutting_down_ || !rendezvous_complete_ || recovering_) return;
   int alive = 0;
   int pending = 0;
   for (const Node& n : workers_) {
@@ -534,6 +543,7 @@ proto::ClusterState JobState::Snapshot() const {
   s.set_num_workers(cluster_.num_workers);
   s.set_failure(failure_);
   s.set_metrics_endpoint(metrics_endpoint_);
+  s.set_recovering(recovering_);
   return s;
 }
 

@@ -87,6 +87,14 @@ class JobState {
   void OnShutdown(const ReplyAddress& from, const std::string& reason, Clock::time_point now,
                   Outbox* out);
 
+  // Coordinator restart (#12, job_state_recover.cc): call right after construction for a
+  // coordinator started with --recover. See "Recovery" in job_state_recover.cc for the rules.
+  void BeginRecovery(Clock::time_point now);
+  bool recovering() const { return recovering_; }
+  // While recovering: the session and state a MetadataStore kept (metadata_store.h).
+  void AdoptStoredMetadata(uint64_t session_id, const proto::ClusterState& state);
+  uint64_t session_id() const { return session_id_; }
+
   // Applies the startup timeout and heartbeat timeouts; call every few tens of milliseconds.
   void Tick(Clock::time_point now, Outbox* out);
 
@@ -166,6 +174,15 @@ class JobState {
   void OnServerDead(Node& node, const std::string& what, Clock::time_point now, Outbox* out);
   void FailUnreplacedServers(Clock::time_point now, Outbox* out);
   Status CheckIncarnation(const Node& node, uint64_t incarnation) const;
+  // Recovery (job_state_recover.cc).
+  void OnRejoin(const ReplyAddress& from, const proto::RegisterRequest& req, Clock::time_point now,
+                Outbox* out);
+  Status CheckRejoin(const proto::RegisterRequest& req) const;
+  Status RecoveryGate(proto::Role role, int rank) const;
+  void AdoptLastState(const proto::ClusterState& state);
+  void TickRecovery(Clock::time_point now, Outbox* out);
+  void CompleteRecovery(Clock::time_point now, Outbox* out);
+  bool AllBack() const;
 
   config::ClusterConfig cluster_;
   uint64_t session_id_;
@@ -188,6 +205,9 @@ class JobState {
   bool shutdown_requested_ = false;
   Clock::time_point shutdown_at_;
   std::string failure_;
+  bool recovering_ = false;             // started with --recover, not every node back yet
+  Clock::time_point recover_start_;
+  std::map<std::pair<int, int>, uint64_t> rejoined_;  // (role, rank) -> incarnation, re-registered
 };
 
 // "worker 1 (pid 1234)": how logs and errors name a node.

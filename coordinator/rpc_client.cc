@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "common/logging.h"
 #include "coordinator/control_message.h"
@@ -69,9 +70,12 @@ Status RpcClient::Roundtrip(proto::Op op, Message msg, uint64_t id,
                             google::protobuf::MessageLite* reply, int timeout_ms) {
   const std::string what = OpName(op) + " to " + endpoint_;
   auto slot = std::make_shared<Slot>();
+  slot->op = op;
+  if (op != proto::OP_HEARTBEAT && op != proto::OP_REGISTER) slot->request = msg;  // shares buffers
   {
     MutexLock lock(&mu_);
     if (stopped_) return Unavailable(what + ": the client is stopped");
+    slot->generation = generation_;
     pending_[id] = slot;
   }
   Status sent = transport_->Send(std::move(msg));
@@ -120,9 +124,49 @@ void RpcClient::OnMessage(Message&& msg) {
     stray_replies_.fetch_add(1);  // its call already gave up
     return;
   }
+  if (st.code() == StatusCode::kUnavailable && hold_unavailable_.load() &&
+      it->second->op != proto::OP_HEARTBEAT && it->second->op != proto::OP_REGISTER) {
+    // A restarted coordinator that has not seen this node's re-registration yet: the call is
+    // re-sent after it (ResendPending).
+    OSPREY_LOG_DEBUG("{} held for a re-send: {}", OpName(it->second->op), st.message());
+    return;
+  }
   it->second->done = true;
   it->second->status = st;
   it->second->payload = msg.values;
+  cv_.SignalAll();
+}
+
+uint64_t RpcClient::NextGeneration() {
+  MutexLock lock(&mu_);
+  return ++generation_;
+}
+
+size_t RpcClient::ResendPending(uint64_t generation) {
+  std::vector<Message> resend;
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return 0;
+    for (auto& [id, slot] : pending_) {
+      if (slot->done || slot->generation >= generation || slot->request.header.empty()) continue;
+      slot->generation = generation;
+      resend.push_back(slot->request);
+    }
+  }
+  for (Message& m : resend) {
+    Status st = transport_->Send(std::move(m));
+    if (!st.ok()) OSPREY_LOG_WARN("re-sending a request to {}: {}", endpoint_, st.ToString());
+  }
+  return resend.size();
+}
+
+void RpcClient::FailPending(const Status& why) {
+  MutexLock lock(&mu_);
+  for (auto& [id, slot] : pending_) {
+    if (slot->done) continue;
+    slot->done = true;
+    slot->status = why;
+  }
   cv_.SignalAll();
 }
 

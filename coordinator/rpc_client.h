@@ -47,6 +47,18 @@ class RpcClient {
 
   void Stop();
 
+  // Coordinator restart (#12): while `hold` is set, an Unavailable error reply to a call other
+  // than OP_HEARTBEAT / OP_REGISTER (a restarted coordinator that this node has not re-registered
+  // with yet) does not end the call: it stays pending until ResendPending or its timeout.
+  void set_hold_unavailable(bool hold) { hold_unavailable_.store(hold); }
+  // Starts a new send generation and returns it: calls sent from now on belong to it.
+  uint64_t NextGeneration() EXCLUDES(mu_);
+  // Re-sends every pending call (except OP_HEARTBEAT / OP_REGISTER) sent before `generation`,
+  // with its request id, to the (restarted) coordinator; returns how many.
+  size_t ResendPending(uint64_t generation) EXCLUDES(mu_);
+  // Ends every pending call with `why` (the coordinator is lost for good).
+  void FailPending(const Status& why) EXCLUDES(mu_);
+
   const std::string& endpoint() const { return endpoint_; }
   uint64_t stray_replies() const { return stray_replies_.load(); }
 
@@ -55,6 +67,9 @@ class RpcClient {
     bool done = false;
     Status status;
     Buffer payload;
+    proto::Op op = proto::OP_UNSPECIFIED;
+    Message request;          // kept for ResendPending
+    uint64_t generation = 0;  // the generation it was (last) sent in
   };
 
   RpcClient(std::unique_ptr<Transport> transport, std::string endpoint);
@@ -71,6 +86,8 @@ class RpcClient {
   std::map<uint64_t, std::shared_ptr<Slot>> pending_ GUARDED_BY(mu_);
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   bool stopped_ GUARDED_BY(mu_) = false;
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
+  std::atomic<bool> hold_unavailable_{false};
   std::atomic<uint64_t> stray_replies_{0};
 };
 

@@ -103,6 +103,7 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = cluster.heartbeat_interval_ms;
   hb.timeout_ms = cluster.heartbeat_timeout_ms;
+  hb.outage_ms = cluster.coordinator_outage_ms;  // serve on and re-register meanwhile
   hb.fill = [rank, srv] {
     proto::Heartbeat h;
     h.set_role(proto::ROLE_SERVER);

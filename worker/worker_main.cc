@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "job/node_flags.h"
 #include "common/incarnation.h"
@@ -72,10 +74,11 @@ worker::HostGroup MakeHostGroup(const proto::RegisterReply& reg, coordinator::Co
 // coordinator, stops the client, which fails every outstanding request so training stops now.
 Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobConfig& job, int rank,
                        uint64_t incarnation, int64_t resume_at, worker::TrainLoop* trainer, worker::Client* client,
-                       std::atomic<bool>* aborted) {
+                       std::atomic<bool>* aborted, std::atomic<bool>* over) {
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = job.cluster.heartbeat_interval_ms;
   hb.timeout_ms = job.cluster.heartbeat_timeout_ms;
+  hb.outage_ms = job.cluster.coordinator_outage_ms;  // train on and re-register meanwhile
   hb.fill = [trainer, rank, incarnation, resume_at] {
     worker::Progress p = trainer->progress();
     proto::Heartbeat h;
@@ -87,8 +90,9 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_samples(p.samples);
     return h;
   };
-  hb.on_state = [client, aborted](const proto::ClusterState& st) {
+  hb.on_state = [client, aborted, over](const proto::ClusterState& st) {
     client->OnClusterState(st);  // server failover: dead servers, replacements (client_failover.cc)
+    if (st.shutting_down()) over->store(true);
     if (st.shutting_down() && !st.failure().empty() && !aborted->exchange(true)) {
       OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
       client->Stop();
@@ -140,7 +144,8 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
 // Init, train, the train-done barrier, evaluation and the report; returns the exit code.
 // `resume_at`: a restarted worker's first step (RegisterReply.resume_clock), else 0.
 int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* coord, worker::Client* client,
-                   const config::JobConfig& job, int rank, int num_workers, int64_t resume_at) {
+                   const config::JobConfig& job, int rank, int num_workers, int64_t resume_at,
+                   const std::atomic<bool>& over) {
   OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job.train.steps,
                   job.train.batch_size);
   Status s = trainer->Init();
@@ -172,8 +177,20 @@ int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* c
   report.set_requests_resent(client->requests_resent());
   trainer->FillReport(&report);
   LogReport(report, rank, cs);
-  s = coord->Report(report, job.client.timeout_ms);
+  // A report sent while the coordinator is away is re-sent once it is back (coordinator_client.h).
+  s = coord->Report(report, std::max(job.client.timeout_ms, job.cluster.coordinator_outage_ms +
+                                                                job.cluster.heartbeat_timeout_ms));
   if (!s.ok()) return Fail(s, "report");
+  // Coordinator restart: stay (heartbeating) until the job is over or two heartbeat intervals
+  // passed, so the servers' heartbeats carry this report on and a coordinator restarted meanwhile
+  // learns it from them (job_state_recover.cc) instead of waiting for this worker.
+  if (job.cluster.coordinator_outage_ms > 0) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(2 * job.cluster.heartbeat_interval_ms);
+    while (!over.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   return 0;
 }
 
@@ -255,11 +272,12 @@ int main(int argc, char** argv) {
   }
   std::atomic<bool> aborted{false};
   const int64_t resume_at = reg->rejoined() ? reg->resume_clock() : 0;
-  s = StartHeartbeats(coord->get(), job, rank, incarnation, resume_at, trainer.get(), &client, &aborted);
+  std::atomic<bool> over{false};  // the coordinator says the job is shutting down
+  s = StartHeartbeats(coord->get(), job, rank, incarnation, resume_at, trainer.get(), &client, &aborted, &over);
   if (!s.ok()) return Fail(s, "heartbeats");
-  if (int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers, resume_at);
-      rc != 0) return rc;
+  const int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers, resume_at, over);
+  // Joins the heartbeat thread first: its on_lost may be stopping `client` right now.
   (*coord)->Stop();
   client.Stop();
-  return 0;
+  return rc;
 }

@@ -21,6 +21,7 @@ void ParseCluster(YamlFields& f, ClusterConfig* c) {
   f.Get("heartbeat_interval_ms", &c->heartbeat_interval_ms, 10, 600000);
   f.Get("heartbeat_timeout_ms", &c->heartbeat_timeout_ms, 50, 3600000);
   f.Get("startup_timeout_ms", &c->startup_timeout_ms, 100, 3600000);
+  f.Get("coordinator_outage_ms", &c->coordinator_outage_ms, 0, 86400000);
   f.Get("io_threads", &c->io_threads, 1, 64);
   f.Get("server_replace_timeout_ms", &c->server_replace_timeout_ms, 0, 86400000);
   if (f.ok() && c->heartbeat_timeout_ms <= c->heartbeat_interval_ms) {

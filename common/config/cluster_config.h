@@ -31,6 +31,9 @@ struct ClusterConfig {
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 5000;  // a node silent this long is marked dead
   int startup_timeout_ms = 60000;   // registration must complete within this
+  // How long a node keeps training and re-registering while the coordinator does not answer
+  // (it may be restarted with --recover); past it the node fails. 0: fail after heartbeat_timeout_ms.
+  int coordinator_outage_ms = 30000;
   // ZeroMQ I/O threads of a server's and a worker's data transport. With security: curve the
   // encryption runs on them (one connection per thread), so hosts with spare cores go faster
   // with 2-4; 1 is best where the cores are all busy (a 2-core machine).
