@@ -123,6 +123,7 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
     ReplyError(out, from, Aborted("the job is shutting down: " + failure_));
     return;
   }
+  if (req.joining()) return OnJoin(from, req, now, out);
   if (rendezvous_complete_) {
     ReplyError(out, from, FailedPrecondition(
         "the rendezvous is already complete; refusing " + RoleName(req.role()) + " (pid " +
@@ -402,6 +403,7 @@ void JobState::Tick(Clock::time_point now, Outbox* out) {
       if (now - n.last_seen > Ms(cluster_.heartbeat_timeout_ms)) MarkDead(n, now, out);
     }
   }
+  AdvanceScale(now, out);
 }
 
 void JobState::MarkDead(Node& node, Clock::time_point now, Outbox* out) {
@@ -508,6 +510,7 @@ proto::ClusterState JobState::Snapshot() const {
   s.set_num_workers(cluster_.num_workers);
   s.set_failure(failure_);
   s.set_metrics_endpoint(metrics_endpoint_);
+  *s.mutable_scale() = ScaleStatusProto();
   return s;
 }
 

@@ -1,0 +1,127 @@
+#include "coordinator/scale_protocol.h"
+
+#include <algorithm>
+
+namespace osprey::coordinator {
+
+const char* ScalePhaseName(ScaleProtocol::Phase phase) {
+  switch (phase) {
+    case ScaleProtocol::Phase::kIdle: return "idle";
+    case ScaleProtocol::Phase::kJoining: return "joining";
+    case ScaleProtocol::Phase::kPausing: return "pausing";
+    case ScaleProtocol::Phase::kTransferring: return "transferring";
+  }
+  return "?";
+}
+
+Status ScaleProtocol::Begin(int from, int to, int timeout_ms, Clock::time_point now) {
+  if (phase_ != Phase::kIdle) {
+    return FailedPrecondition(std::string("scale: a step from ") + std::to_string(from_) + " to " +
+                              std::to_string(to_) + " servers is in progress (" +
+                              ScalePhaseName(phase_) + ")");
+  }
+  if (to < 1) return InvalidArgument("scale: a job needs at least 1 server, asked for " + std::to_string(to));
+  if (to == from) return InvalidArgument("scale: the job has " + std::to_string(from) + " servers already");
+  Reset();
+  from_ = from;
+  to_ = to;
+  timeout_ms_ = timeout_ms;
+  begun_ = now;
+  phase_ = to > from ? Phase::kJoining : Phase::kPausing;
+  return Status::OK();
+}
+
+Status ScaleProtocol::OnPause(int worker, int64_t clock, Clock::time_point now) {
+  if (phase_ != Phase::kPausing) {
+    return FailedPrecondition(std::string("scale: worker ") + std::to_string(worker) +
+                              " paused while the step is " + ScalePhaseName(phase_));
+  }
+  if (!any_pause_) first_pause_ = now;
+  any_pause_ = true;
+  paused_[worker] = clock;
+  return Status::OK();
+}
+
+Status ScaleProtocol::OnServerDone(int rank, uint64_t records, Clock::time_point now) {
+  if (phase_ != Phase::kTransferring) {
+    return FailedPrecondition(std::string("scale: server ") + std::to_string(rank) +
+                              " reported its transfer while the step is " + ScalePhaseName(phase_));
+  }
+  if (rank < 0 || rank >= from_) {
+    return InvalidArgument("scale: server " + std::to_string(rank) + " is not one of the " +
+                           std::to_string(from_) + " servers that transfer");
+  }
+  if (done_.insert(rank).second) records_ += records;
+  return Status::OK();
+}
+
+ScaleProtocol::Events ScaleProtocol::Advance(const std::vector<int>& live_workers, size_t joiners,
+                                             Clock::time_point now) {
+  Events ev;
+  const bool late = now - begun_ >= std::chrono::milliseconds(timeout_ms_);
+  if (phase_ == Phase::kJoining) {
+    if (joiners >= static_cast<size_t>(to_ - from_)) {
+      phase_ = Phase::kPausing;
+    } else if (late) {
+      ev.failure = "scale to " + std::to_string(to_) + " servers: " + std::to_string(joiners) +
+                   " of " + std::to_string(to_ - from_) + " joining servers registered within " +
+                   std::to_string(timeout_ms_) + " ms (start them with osprey-server --join)";
+    }
+  }
+  if (phase_ == Phase::kPausing && ev.failure.empty()) {
+    std::vector<int> missing;
+    int64_t target = 0;
+    for (int w : live_workers) {
+      auto it = paused_.find(w);
+      if (it == paused_.end()) {
+        missing.push_back(w);
+      } else {
+        target = std::max(target, it->second);
+      }
+    }
+    if (!missing.empty()) {
+      if (late) {
+        ev.failure = "scale to " + std::to_string(to_) + " servers: worker " +
+                     std::to_string(missing.front()) + " (and " + std::to_string(missing.size() - 1) +
+                     " more) did not pause within " + std::to_string(timeout_ms_) + " ms";
+      }
+    } else {
+      clock_ = target;
+      for (int w : live_workers) {
+        if (paused_[w] < target) ev.run_to.push_back(w);
+      }
+      for (int w : ev.run_to) paused_.erase(w);
+      if (ev.run_to.empty()) {
+        phase_ = Phase::kTransferring;
+        transfer_begun_ = now;
+        ev.transfer_begins = true;
+      }
+    }
+  }
+  if (phase_ == Phase::kTransferring && !ev.transfer_begins &&
+      done_.size() == static_cast<size_t>(from_)) {
+    committed_ = now;
+    ev.commit = true;
+  }
+  if (!ev.failure.empty()) phase_ = Phase::kIdle;
+  return ev;
+}
+
+void ScaleProtocol::Reset() {
+  phase_ = Phase::kIdle;
+  any_pause_ = false;
+  clock_ = 0;
+  paused_.clear();
+  done_.clear();
+  records_ = 0;
+}
+
+double ScaleProtocol::pause_seconds() const {
+  return any_pause_ ? std::chrono::duration<double>(committed_ - first_pause_).count() : 0;
+}
+
+double ScaleProtocol::transfer_seconds() const {
+  return std::chrono::duration<double>(committed_ - transfer_begun_).count();
+}
+
+}  // namespace osprey::coordinator
