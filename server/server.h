@@ -43,6 +43,7 @@
 #include "server/op_auth.h"
 #include "server/hold_budget.h"
 #include "server/log_limiter.h"
+#include "server/migration/rows_digest.h"
 #include "server/replier.h"
 #include "server/store.h"
 #include "server/table_shard.h"
@@ -163,6 +164,9 @@ class Server : private Replier {
   };
   StatusOr<ReshardResult> Reshard(const proto::ShardMap& target, migration::RowSender* sender)
       EXCLUDES(work_mu_);
+  // Count and checksum of every record this server holds (migration/rows_digest.h; also what
+  // OP_ROWS_DIGEST answers). Errors: the store's.
+  StatusOr<migration::RowsDigest> Digest() const EXCLUDES(work_mu_);
 
  private:
   // A validated data request: its table and, for pushes, the values as fp32.

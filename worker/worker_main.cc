@@ -66,7 +66,7 @@ worker::HostGroup MakeHostGroup(const proto::RegisterReply& reg, coordinator::Co
 // Heartbeats carry the trainer's progress; a job shutting down on a failure, or a lost
 // coordinator, stops the client, which fails every outstanding request so training stops now.
 Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobConfig& job, int rank,
-                       worker::TrainLoop* trainer, worker::Client* client, std::atomic<bool>* aborted) {
+                       worker::TrainLoop* trainer, worker::ScalePause* pause, std::atomic<bool>* aborted) {
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = job.cluster.heartbeat_interval_ms;
   hb.timeout_ms = job.cluster.heartbeat_timeout_ms;
@@ -80,15 +80,16 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_samples(p.samples);
     return h;
   };
-  hb.on_state = [client, aborted](const proto::ClusterState& st) {
+  hb.on_state = [pause, aborted](const proto::ClusterState& st) {
+    pause->OnState(st);  // a scale step: the loop pauses at its next step boundary
     if (st.shutting_down() && !st.failure().empty() && !aborted->exchange(true)) {
       OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
-      client->Stop();
+      pause->current()->Stop();
     }
   };
-  hb.on_lost = [client, aborted](const Status& why) {
+  hb.on_lost = [pause, aborted](const Status& why) {
     OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
-    if (!aborted->exchange(true)) client->Stop();
+    if (!aborted->exchange(true)) pause->current()->Stop();
   };
   return coord->StartHeartbeats(hb);
 }
@@ -233,11 +234,23 @@ int main(int argc, char** argv) {
     worker::ExportWorkerMetrics(trainer.get(), &client, std::move(tables), &registry);
     OSPREY_LOG_INFO("worker {} metrics on {}", rank, exposer->url());
   }
+  // Elastic servers: at a scale step the loop pauses and goes on with a client of the new map.
+  worker::ScalePause pause(
+      rank, &client,
+      [c = coord->get()](const proto::ScaleRequest& r) { return c->Scale(r, 600000); },
+      [&](const proto::ShardMap& map) -> StatusOr<std::unique_ptr<worker::Client>> {
+        OSPREY_ASSIGN_OR_RETURN(auto t, rdma::MakeDataTransport(job, *data_options));
+        auto next = std::make_unique<worker::Client>(copts, std::move(t), map);
+        OSPREY_RETURN_IF_ERROR(next->Start());
+        return next;
+      });
+  trainer->SetStepBoundary(&pause);
   std::atomic<bool> aborted{false};
-  s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &client, &aborted);
+  s = StartHeartbeats(coord->get(), job, rank, trainer.get(), &pause, &aborted);
   if (!s.ok()) return Fail(s, "heartbeats");
-  if (int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers); rc != 0) return rc;
+  if (int rc = TrainAndReport(trainer.get(), coord->get(), pause.current(), job, rank, num_workers); rc != 0) return rc;
   (*coord)->Stop();
+  pause.current()->Stop();
   client.Stop();
   return 0;
 }

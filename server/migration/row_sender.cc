@@ -65,6 +65,7 @@ Status RowSender::SendAll(std::vector<RowBatch> batches) {
   }
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms_);
   std::map<uint64_t, size_t> pending;  // request id -> batch
+  Status last_refusal;                 // the latest Unavailable, for the deadline's error
   uint64_t next_id = 1;
   for (size_t i = 0; i < batches.size(); ++i) {
     OSPREY_RETURN_IF_ERROR(Send(next_id, batches[i]));
@@ -80,6 +81,7 @@ Status RowSender::SendAll(std::vector<RowBatch> batches) {
       got.swap(replies_);
     }
     if (got.empty()) {
+      if (!last_refusal.ok()) return last_refusal;  // still not at the epoch by the deadline
       return DeadlineExceeded("scale: " + std::to_string(pending.size()) +
                               " row transfers unanswered after " + std::to_string(timeout_ms_) +
                               " ms (first to " + batches[pending.begin()->second].endpoint + ")");
@@ -87,16 +89,17 @@ Status RowSender::SendAll(std::vector<RowBatch> batches) {
     for (auto& [id, st] : got) {
       auto it = pending.find(id);
       if (it == pending.end()) continue;
-      const RowBatch& b = batches[it->second];
+      const size_t index = it->second;
+      const RowBatch& b = batches[index];
       pending.erase(it);
       if (st.ok()) continue;
-      if (st.code() != StatusCode::kUnavailable || SteadyClock::now() >= deadline) {
-        return st.WithContext("scale: moving " + std::to_string(b.keys.size()) + " records of table " +
-                              std::to_string(b.table) + " to " + b.endpoint);
-      }
+      Status why = st.WithContext("scale: moving " + std::to_string(b.keys.size()) +
+                                  " records of table " + std::to_string(b.table) + " to " + b.endpoint);
+      if (st.code() != StatusCode::kUnavailable || SteadyClock::now() >= deadline) return why;
+      last_refusal = why;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the receiver is resharding
       OSPREY_RETURN_IF_ERROR(Send(next_id, b));
-      pending[next_id++] = static_cast<size_t>(&b - batches.data());
+      pending[next_id++] = index;
     }
   }
   return Status::OK();

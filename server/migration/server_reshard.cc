@@ -180,6 +180,11 @@ Status Server::ExecuteMigrate(const proto::Header& h, const Message& msg) {
   return Status::OK();
 }
 
+StatusOr<migration::RowsDigest> Server::Digest() const {
+  MutexLock work(&work_mu_);
+  return migration::DigestStore(*store_, static_cast<uint32_t>(tables_.size()));
+}
+
 Status Server::ExecuteDigest(Buffer* values) {
   OSPREY_ASSIGN_OR_RETURN(migration::RowsDigest d,
                           migration::DigestStore(*store_, static_cast<uint32_t>(tables_.size())));
