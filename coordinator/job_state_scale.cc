@@ -100,9 +100,9 @@ void JobState::OnScale(const ReplyAddress& from, const proto::ScaleRequest& req,
 
 void JobState::AdvanceScale(Clock::time_point now, Outbox* out) {
   if (scale_.phase() == ScaleProtocol::Phase::kIdle || shutting_down_) return;
-  std::vector<int> live;
+  std::map<int, int64_t> live;  // rank -> the step of its last heartbeat
   for (const Node& w : workers_) {
-    if (w.alive && !w.reported) live.push_back(w.rank);
+    if (w.alive && !w.reported) live[w.rank] = w.clock;
   }
   ScaleProtocol::Events ev = scale_.Advance(live, joiners_.size(), now);
   if (!ev.failure.empty()) return AbandonScale(ev.failure, out);

@@ -55,8 +55,8 @@ Status ScaleProtocol::OnServerDone(int rank, uint64_t records, Clock::time_point
   return Status::OK();
 }
 
-ScaleProtocol::Events ScaleProtocol::Advance(const std::vector<int>& live_workers, size_t joiners,
-                                             Clock::time_point now) {
+ScaleProtocol::Events ScaleProtocol::Advance(const std::map<int, int64_t>& live_workers,
+                                             size_t joiners, Clock::time_point now) {
   Events ev;
   const bool late = now - begun_ >= std::chrono::milliseconds(timeout_ms_);
   if (phase_ == Phase::kJoining) {
@@ -69,33 +69,38 @@ ScaleProtocol::Events ScaleProtocol::Advance(const std::vector<int>& live_worker
     }
   }
   if (phase_ == Phase::kPausing && ev.failure.empty()) {
-    std::vector<int> missing;
+    // The boundary to meet at: no paused worker's step is behind it, nor the next boundary of a
+    // worker still training (one blocked in a bsp pull that waits for a paused worker's push is
+    // thereby released: that worker's push comes before the boundary it is sent to).
     int64_t target = 0;
-    for (int w : live_workers) {
+    int missing = -1;
+    size_t num_missing = 0;
+    for (const auto& [w, heartbeat_clock] : live_workers) {
       auto it = paused_.find(w);
-      if (it == paused_.end()) {
-        missing.push_back(w);
-      } else {
+      if (it != paused_.end()) {
         target = std::max(target, it->second);
+      } else {
+        target = std::max(target, heartbeat_clock + 1);
+        if (missing < 0) missing = w;
+        ++num_missing;
       }
     }
-    if (!missing.empty()) {
-      if (late) {
-        ev.failure = "scale to " + std::to_string(to_) + " servers: worker " +
-                     std::to_string(missing.front()) + " (and " + std::to_string(missing.size() - 1) +
-                     " more) did not pause within " + std::to_string(timeout_ms_) + " ms";
-      }
-    } else {
-      clock_ = target;
-      for (int w : live_workers) {
-        if (paused_[w] < target) ev.run_to.push_back(w);
-      }
-      for (int w : ev.run_to) paused_.erase(w);
-      if (ev.run_to.empty()) {
-        phase_ = Phase::kTransferring;
-        transfer_begun_ = now;
-        ev.transfer_begins = true;
-      }
+    clock_ = target;
+    for (const auto& [w, heartbeat_clock] : live_workers) {
+      auto it = paused_.find(w);
+      if (it != paused_.end() && it->second < target) ev.run_to.push_back(w);
+    }
+    for (int w : ev.run_to) paused_.erase(w);
+    if (num_missing == 0 && ev.run_to.empty()) {
+      phase_ = Phase::kTransferring;
+      transfer_begun_ = now;
+      ev.transfer_begins = true;
+    } else if (late) {
+      ev.failure = "scale to " + std::to_string(to_) + " servers: the workers did not all pause at one "
+                   "step boundary within " + std::to_string(timeout_ms_) + " ms" +
+                   (missing >= 0 ? " (worker " + std::to_string(missing) + " and " +
+                                       std::to_string(num_missing - 1) + " more never paused)"
+                                 : "");
     }
   }
   if (phase_ == Phase::kTransferring && !ev.transfer_begins &&

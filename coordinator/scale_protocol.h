@@ -9,9 +9,12 @@
 //                  their keys).
 //   kPausing       every live worker, told through its heartbeat's ClusterState, drains its
 //                  requests at its next step boundary and reports the step it stopped before
-//                  (OnPause). Once every live worker has reported, C = the largest such step;
-//                  the workers that stopped before C are released to train up to C (run_to) and
-//                  report again there. When every live worker waits at C, nothing is in flight.
+//                  (OnPause). The meeting boundary C is the largest of the paused workers' steps
+//                  and, for each worker still training, its heartbeat's step + 1 (the next
+//                  boundary it can reach). A paused worker behind C is released to train up to C
+//                  (run_to) and pauses again there: so a bsp worker blocked in a pull that waits
+//                  for a paused worker's push is never stuck. When every live worker waits at C,
+//                  nothing is in flight.
 //   kTransferring  the new map (epoch + 1) is published; each old server (ranks 0 .. from-1)
 //                  sends the records it no longer owns to their new owners and reports
 //                  (OnServerDone). When all have: commit.
@@ -55,8 +58,9 @@ class ScaleProtocol {
   // rank outside [0, from).
   Status OnServerDone(int rank, uint64_t records, Clock::time_point now);
   // Applies the rules above: `live_workers` are the workers expected to pause (alive, not yet
-  // reported), `joiners` the joining servers registered so far.
-  Events Advance(const std::vector<int>& live_workers, size_t joiners, Clock::time_point now);
+  // reported), each with the step of its last heartbeat; `joiners` the joining servers
+  // registered so far. Call after every event and on a timer (heartbeats move the clocks).
+  Events Advance(const std::map<int, int64_t>& live_workers, size_t joiners, Clock::time_point now);
   // Back to kIdle (after JobState committed the map or abandoned the step).
   void Reset();
 

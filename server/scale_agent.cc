@@ -28,6 +28,7 @@ void ScaleAgent::OnState(const proto::ClusterState& state) {
 
 void ScaleAgent::Transfer(proto::ShardMap target) {
   const int rank = server_->rank();
+  if (rank >= target.server_endpoints_size()) leaving_.store(true);
   proto::ScaleRequest done;
   done.set_kind(proto::SCALE_DONE);
   done.set_rank(rank);

@@ -6,7 +6,8 @@
 // turns true and the main exits (its rows are with the other servers by then).
 //
 // Part of the osprey-server binary (it talks to the coordinator; the server library does not).
-// Threading: OnState on the heartbeat thread; removed() from any thread; the destructor joins.
+// Threading: OnState on the heartbeat thread; removed() / leaving() from any thread; WaitDone
+// from the main thread (not the heartbeat thread); the destructor joins.
 #pragma once
 
 #include <atomic>
@@ -31,6 +32,13 @@ class ScaleAgent {
 
   void OnState(const proto::ClusterState& state);
   bool removed() const { return removed_.load(); }
+  // True from the moment a transfer for a map without this server began: the coordinator may
+  // then forget this server (its heartbeats fail) before the reply that says so arrives, so the
+  // main waits for the transfer (WaitDone) before it treats a lost coordinator as a failure.
+  bool leaving() const { return leaving_.load(); }
+  void WaitDone() {
+    if (thread_.joinable()) thread_.join();
+  }
 
  private:
   void Transfer(proto::ShardMap target);
@@ -41,6 +49,7 @@ class ScaleAgent {
   const int timeout_ms_;
   std::atomic<uint64_t> started_epoch_{0};  // the target epoch a transfer was started for
   std::atomic<bool> removed_{false};
+  std::atomic<bool> leaving_{false};
   std::thread thread_;
 };
 

@@ -250,6 +250,7 @@ int main(int argc, char** argv) {
   while (!finished.load() && !lost.load() && !g_stop.load() && !agent.removed()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (lost.load() && agent.leaving()) agent.WaitDone();  // the reply may trail the heartbeat's
   if (agent.removed()) {  // scaled away: its rows live on the other servers now
     if (auto digest = srv.Digest(); digest.ok()) {
       OSPREY_LOG_INFO("server {} rows digest: {} rows, {} records, checksum {:016x}", rank,
