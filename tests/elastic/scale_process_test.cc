@@ -231,6 +231,11 @@ TEST(ScaleProcessTest, TwoToThreeToTwoServersConservesEveryRow) {
     job.Digest(&base_rows, &base_records, &base_checksum, &base_servers);
     EXPECT_EQ(base_servers, 2);
   }
+  std::printf("rows digest, scaled 2->3->2: %llu rows, %llu records, checksum %016llx\n"
+              "rows digest, never scaled:    %llu rows, %llu records, checksum %016llx\n",
+              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(records),
+              static_cast<unsigned long long>(checksum), static_cast<unsigned long long>(base_rows),
+              static_cast<unsigned long long>(base_records), static_cast<unsigned long long>(base_checksum));
   EXPECT_GT(base_rows, 1000u);
   EXPECT_EQ(rows, base_rows);
   EXPECT_EQ(records, base_records);
