@@ -41,6 +41,7 @@ std::string NodeName(proto::Role role, int rank, int pid) {
 
 JobState::JobState(const config::PsConfig& config, uint64_t session_id, Clock::time_point start)
     : cluster_(config.cluster), session_id_(session_id), start_(start) {
+  scale_refusal_ = ScaleRefusal(config);
   for (size_t i = 0; i < config.tables.size(); ++i) {
     const config::TableConfig& t = config.tables[i];
     proto::TableSpec* spec = shard_map_.add_tables();
@@ -447,6 +448,7 @@ void JobState::BeginShutdown(const std::string& failure, Clock::time_point now, 
   shutting_down_ = true;
   shutdown_at_ = now;
   failure_ = failure;
+  if (scale_.phase() != ScaleProtocol::Phase::kIdle) AbandonScale("the job is shutting down", out);
   if (!failure.empty()) OSPREY_LOG_ERROR("job failed: {}", failure);
   Status why = Aborted("the job is shutting down" + (failure.empty() ? "" : ": " + failure));
   if (!rendezvous_complete_) {

@@ -190,6 +190,7 @@ class JobState {
   std::map<int, ReplyAddress> scale_pauses_;  // worker rank -> its SCALE_PAUSE
   std::map<int, ReplyAddress> scale_done_;    // server rank -> its SCALE_DONE
   proto::ShardMap scale_target_;
+  std::string scale_refusal_;  // ScaleRefusal(config): why this job cannot scale, if it cannot
 };
 
 // "worker 1 (pid 1234)": how logs and errors name a node.

@@ -58,6 +58,7 @@ void JobState::OnScale(const ReplyAddress& from, const proto::ScaleRequest& req,
   Status st;
   switch (req.kind()) {
     case proto::SCALE_REQUEST: {
+      if (!scale_refusal_.empty()) return error(Unimplemented(scale_refusal_));
       st = scale_.Begin(static_cast<int>(servers_.size()), req.servers(), cluster_.startup_timeout_ms, now);
       if (!st.ok()) return error(st);
       scale_requester_ = from;

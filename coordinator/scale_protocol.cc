@@ -14,6 +14,20 @@ const char* ScalePhaseName(ScaleProtocol::Phase phase) {
   return "?";
 }
 
+std::string ScaleRefusal(const config::PsConfig& config) {
+  if (config.store.type == config::StoreType::kRedis) {
+    return "scale: store.type redis cannot add or remove servers yet (its rows are fenced per "
+           "server rank); use store.type native";
+  }
+  for (const config::TableConfig& t : config.tables) {
+    if (t.admission.enabled() || t.eviction.enabled()) {
+      return "scale: table '" + t.name + "' has feature admission / eviction, whose sketch and row "
+             "ages a scale step does not move yet";
+    }
+  }
+  return "";
+}
+
 Status ScaleProtocol::Begin(int from, int to, int timeout_ms, Clock::time_point now) {
   if (phase_ != Phase::kIdle) {
     return FailedPrecondition(std::string("scale: a step from ") + std::to_string(from_) + " to " +

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/cluster_config.h"
 #include "common/status.h"
 
 namespace osprey::coordinator {
@@ -88,6 +89,11 @@ class ScaleProtocol {
   std::set<int> done_;
   uint64_t records_ = 0;
 };
+
+// Why a job of `config` cannot scale (empty: it can): the Redis store (its rows are fenced per
+// server rank, and re-owning them is not built yet) and tables with feature admission / eviction
+// (their sketch and row ages are not moved).
+std::string ScaleRefusal(const config::PsConfig& config);
 
 // "idle" / "joining" / "pausing" / "transferring".
 const char* ScalePhaseName(ScaleProtocol::Phase phase);
