@@ -50,9 +50,8 @@ Status ScaleProtocol::OnPause(int worker, int64_t clock, Clock::time_point now) 
     return FailedPrecondition(std::string("scale: worker ") + std::to_string(worker) +
                               " paused while the step is " + ScalePhaseName(phase_));
   }
-  if (!any_pause_) first_pause_ = now;
-  any_pause_ = true;
   paused_[worker] = clock;
+  paused_at_[worker] = now;
   return Status::OK();
 }
 
@@ -83,9 +82,11 @@ ScaleProtocol::Events ScaleProtocol::Advance(const std::map<int, int64_t>& live_
     }
   }
   if (phase_ == Phase::kPausing && ev.failure.empty()) {
-    // The boundary to meet at: no paused worker's step is behind it, nor the next boundary of a
-    // worker still training (one blocked in a bsp pull that waits for a paused worker's push is
-    // thereby released: that worker's push comes before the boundary it is sent to).
+    // The boundary to meet at: no paused worker's step is behind it, nor the step a worker still
+    // training has reached (its heartbeat's completed steps; it is in that step or draining at
+    // that boundary). So a worker blocked in a bsp pull of step s, which waits for a paused
+    // worker's push of step s-1, releases that worker up to s; and a worker draining at its
+    // boundary does not move the target past where it is about to pause (no release ping-pong).
     int64_t target = 0;
     int missing = -1;
     size_t num_missing = 0;
@@ -94,7 +95,7 @@ ScaleProtocol::Events ScaleProtocol::Advance(const std::map<int, int64_t>& live_
       if (it != paused_.end()) {
         target = std::max(target, it->second);
       } else {
-        target = std::max(target, heartbeat_clock + 1);
+        target = std::max(target, heartbeat_clock);
         if (missing < 0) missing = w;
         ++num_missing;
       }
@@ -106,6 +107,11 @@ ScaleProtocol::Events ScaleProtocol::Advance(const std::map<int, int64_t>& live_
     }
     for (int w : ev.run_to) paused_.erase(w);
     if (num_missing == 0 && ev.run_to.empty()) {
+      // The pause: from the first of the final arrivals at the meeting boundary (a worker
+      // released to train further was not standing still before).
+      first_pause_ = now;
+      for (const auto& [w, c] : paused_) first_pause_ = std::min(first_pause_, paused_at_[w]);
+      any_pause_ = true;
       phase_ = Phase::kTransferring;
       transfer_begun_ = now;
       ev.transfer_begins = true;
@@ -131,6 +137,7 @@ void ScaleProtocol::Reset() {
   any_pause_ = false;
   clock_ = 0;
   paused_.clear();
+  paused_at_.clear();
   done_.clear();
   records_ = 0;
 }

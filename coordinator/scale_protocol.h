@@ -10,11 +10,12 @@
 //   kPausing       every live worker, told through its heartbeat's ClusterState, drains its
 //                  requests at its next step boundary and reports the step it stopped before
 //                  (OnPause). The meeting boundary C is the largest of the paused workers' steps
-//                  and, for each worker still training, its heartbeat's step + 1 (the next
-//                  boundary it can reach). A paused worker behind C is released to train up to C
-//                  (run_to) and pauses again there: so a bsp worker blocked in a pull that waits
-//                  for a paused worker's push is never stuck. When every live worker waits at C,
-//                  nothing is in flight.
+//                  and, for each worker still training, its heartbeat's step (the steps it has
+//                  completed: it is in that step, or draining before it). A paused worker behind
+//                  C is released to train up to C (run_to) and pauses again there: so a bsp
+//                  worker blocked in a pull of step s, which waits for a paused worker's push of
+//                  step s-1, is never stuck. When every live worker waits at C, nothing is in
+//                  flight.
 //   kTransferring  the new map (epoch + 1) is published; each old server (ranks 0 .. from-1)
 //                  sends the records it no longer owns to their new owners and reports
 //                  (OnServerDone). When all have: commit.
@@ -72,7 +73,8 @@ class ScaleProtocol {
   int64_t clock() const { return clock_; }
   // Workers waiting now (by rank: the step they stopped before).
   const std::map<int, int64_t>& paused() const { return paused_; }
-  // After commit: first worker paused -> commit, and transfer begun -> commit.
+  // After commit: the first worker to stand still at the final boundary (its last pause) -> new
+  // map committed, and transfer begun -> commit.
   double pause_seconds() const;
   double transfer_seconds() const;
   uint64_t records_moved() const { return records_; }
@@ -86,6 +88,7 @@ class ScaleProtocol {
   bool any_pause_ = false;
   int64_t clock_ = 0;
   std::map<int, int64_t> paused_;
+  std::map<int, Clock::time_point> paused_at_;  // when each paused worker's pause arrived
   std::set<int> done_;
   uint64_t records_ = 0;
 };

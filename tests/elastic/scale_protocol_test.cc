@@ -28,7 +28,7 @@ TEST_F(ScaleProtocolTest, GrowWaitsForJoinersThenPausesTransfersAndCommits) {
   ASSERT_TRUE(p.OnPause(0, 7, t0 + Ms(30)).ok());
   ScaleProtocol::Events ev = p.Advance(live, 1, t0 + Ms(30));
   EXPECT_FALSE(ev.transfer_begins) << "worker 1 has not paused";
-  EXPECT_TRUE(ev.run_to.empty()) << "worker 1's next boundary is 7 too";
+  EXPECT_TRUE(ev.run_to.empty()) << "worker 1 is behind, not ahead";
   ASSERT_TRUE(p.OnPause(1, 7, t0 + Ms(40)).ok());
   ev = p.Advance(live, 1, t0 + Ms(40));
   EXPECT_TRUE(ev.transfer_begins);
@@ -66,19 +66,35 @@ TEST_F(ScaleProtocolTest, WorkersBehindAreReleasedToTheLargestClock) {
 }
 
 TEST_F(ScaleProtocolTest, AWorkerBlockedAheadReleasesThePausedOne) {
-  // bsp: worker 0 paused before step 10; worker 1 is in step 11 (its heartbeat says 11
+  // bsp: worker 0 paused before step 10; worker 1 is in step 11 (its heartbeat says 11 steps
   // completed), blocked in a pull that needs worker 0's push of step 10.
   ASSERT_TRUE(p.Begin(2, 1, 1000, t0).ok());
   ASSERT_TRUE(p.OnPause(0, 10, t0).ok());
   ScaleProtocol::Events ev = p.Advance({{0, 10}, {1, 11}}, 0, t0);
-  EXPECT_EQ(ev.run_to, (std::vector<int>{0})) << "worker 0 must go on to step 12";
+  EXPECT_EQ(ev.run_to, (std::vector<int>{0})) << "worker 0 must go on to step 11";
+  EXPECT_EQ(p.clock(), 11);
+  ASSERT_TRUE(p.OnPause(0, 11, t0).ok());
+  // Worker 1 finishes step 11 and pauses before 12: worker 0 goes one step further.
+  ASSERT_TRUE(p.OnPause(1, 12, t0).ok());
+  ev = p.Advance({{0, 11}, {1, 12}}, 0, t0);
+  EXPECT_EQ(ev.run_to, (std::vector<int>{0}));
   EXPECT_EQ(p.clock(), 12);
   ASSERT_TRUE(p.OnPause(0, 12, t0).ok());
-  EXPECT_TRUE(p.Advance({{0, 12}, {1, 11}}, 0, t0).run_to.empty());
-  ASSERT_TRUE(p.OnPause(1, 12, t0).ok());
   ev = p.Advance({{0, 12}, {1, 12}}, 0, t0);
   EXPECT_TRUE(ev.transfer_begins);
   EXPECT_EQ(p.clock(), 12);
+}
+
+TEST_F(ScaleProtocolTest, AWorkerDrainingAtItsBoundaryDoesNotMoveTheTarget) {
+  // Worker 1 has completed 7 steps and drains before step 7: the target stays at 7, so worker 0
+  // (paused there) is not released again.
+  ASSERT_TRUE(p.Begin(2, 1, 1000, t0).ok());
+  ASSERT_TRUE(p.OnPause(0, 7, t0).ok());
+  ScaleProtocol::Events ev = p.Advance({{0, 7}, {1, 7}}, 0, t0);
+  EXPECT_TRUE(ev.run_to.empty());
+  EXPECT_FALSE(ev.transfer_begins);
+  ASSERT_TRUE(p.OnPause(1, 7, t0).ok());
+  EXPECT_TRUE(p.Advance({{0, 7}, {1, 7}}, 0, t0).transfer_begins);
 }
 
 TEST_F(ScaleProtocolTest, DeadWorkersAreNotWaitedFor) {
