@@ -96,9 +96,11 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
         if (moved.empty()) continue;
         result.records_sent += moved.size();
         auto fill = [&](const std::vector<uint64_t>& ks, std::vector<float>* out) -> Status {
+          work_mu_.AssertHeld();  // called right here, under the lock
           if (sparse) {
             return store_->VisitRows(id, ks.data(), ks.size(), RowAccess::kRead,
                                      [&](const RowBlock& b) -> Status {
+              work_mu_.AssertHeld();
               const size_t f = store_->RecordFloats(id, 0);
               for (size_t r = 0; r < b.n; ++r) {
                 if (b.rows[r] == nullptr) return Internal("scale: an exported row vanished");
