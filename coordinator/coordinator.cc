@@ -192,6 +192,7 @@ Status Coordinator::Authorize(proto::Op op, PeerRole role) const {
   switch (op) {
     case proto::OP_SHUTDOWN: ok = role == PeerRole::kAdmin || role == PeerRole::kCoordinator; break;
     case proto::OP_CLUSTER_STATE: break;
+    case proto::OP_SCALE: ok = role != PeerRole::kCoordinator; break;  // osprey scale: admin
     default: ok = role == PeerRole::kServer || role == PeerRole::kWorker; break;
   }
   if (ok) return Status::OK();
@@ -230,6 +231,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
   proto::WorkerReport report;
   proto::HostGroupRequest host_group;
   proto::ServerReport server_report;
+  proto::ScaleRequest scale;
   google::protobuf::MessageLite* body = nullptr;
   Status valid;
   switch (op) {
@@ -239,6 +241,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     case proto::OP_REPORT: body = &report; break;
     case proto::OP_HOST_GROUP: body = &host_group; break;
     case proto::OP_SERVER_REPORT: body = &server_report; break;
+    case proto::OP_SCALE: body = &scale; break;
     case proto::OP_CLUSTER_STATE:
     case proto::OP_SHUTDOWN: break;
     default: valid = Unimplemented("the coordinator does not serve " + OpName(op));
@@ -263,6 +266,7 @@ void Coordinator::Dispatch(const Message& msg, const proto::Header& header, Outb
     case proto::OP_REPORT: state_.OnReport(from, report, now, out); break;
     case proto::OP_HOST_GROUP: state_.OnHostGroup(from, host_group, out); break;
     case proto::OP_SERVER_REPORT: state_.OnServerReport(from, server_report, now, out); break;
+    case proto::OP_SCALE: state_.OnScale(from, scale, now, out); break;
     case proto::OP_CLUSTER_STATE:
       out->push_back(OutgoingReply{from, Status::OK(), SerializeMessage(state_.Snapshot())});
       break;

@@ -81,6 +81,12 @@ StatusOr<proto::HostGroupReply> CoordinatorClient::HostGroup(int rank, const std
   return reply;
 }
 
+StatusOr<proto::ScaleReply> CoordinatorClient::Scale(const proto::ScaleRequest& request, int timeout_ms) {
+  proto::ScaleReply reply;
+  OSPREY_RETURN_IF_ERROR(rpc_->Call(proto::OP_SCALE, &request, &reply, timeout_ms));
+  return reply;
+}
+
 StatusOr<proto::ClusterState> CoordinatorClient::GetState(int timeout_ms) {
   proto::ClusterState state;
   OSPREY_RETURN_IF_ERROR(rpc_->Call(proto::OP_CLUSTER_STATE, nullptr, &state, timeout_ms));

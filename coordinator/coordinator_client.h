@@ -75,6 +75,9 @@ class CoordinatorClient {
   // The NCCL host group exchange (OP_HOST_GROUP): local rank 0 passes the id it made, the others
   // pass "" and block until it arrives (or timeout_ms). Returns the id.
   StatusOr<proto::HostGroupReply> HostGroup(int rank, const std::string& nccl_id, int timeout_ms);
+  // OP_SCALE (job_state.h OnScale): blocks until the coordinator answers (a SCALE_REQUEST when
+  // its step committed or was abandoned; a SCALE_PAUSE when the worker may go on).
+  StatusOr<proto::ScaleReply> Scale(const proto::ScaleRequest& request, int timeout_ms);
   // The coordinator's view of the job; needs no registration.
   StatusOr<proto::ClusterState> GetState(int timeout_ms);
   // Asks the coordinator to shut the job down; a non-empty `reason` marks the job failed.

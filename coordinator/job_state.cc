@@ -41,6 +41,7 @@ std::string NodeName(proto::Role role, int rank, int pid) {
 
 JobState::JobState(const config::PsConfig& config, uint64_t session_id, Clock::time_point start)
     : cluster_(config.cluster), session_id_(session_id), start_(start) {
+  scale_refusal_ = ScaleRefusal(config);
   for (size_t i = 0; i < config.tables.size(); ++i) {
     const config::TableConfig& t = config.tables[i];
     proto::TableSpec* spec = shard_map_.add_tables();
@@ -124,6 +125,7 @@ void JobState::OnRegister(const ReplyAddress& from, const proto::RegisterRequest
     ReplyError(out, from, Aborted("the job is shutting down: " + failure_));
     return;
   }
+  if (req.joining()) return OnJoin(from, req, now, out);  // job_state_scale.cc
   if (rendezvous_complete_ && req.role() == proto::ROLE_WORKER) {
     RejoinWorker(from, req, now, out);  // job_state_rejoin.cc
     return;
@@ -435,6 +437,7 @@ void JobState::Tick(Clock::time_point now, Outbox* out) {
     }
   }
   FailUnreplacedServers(now, out);
+  AdvanceScale(now, out);
 }
 
 void JobState::MarkDead(Node& node, Clock::time_point now, Outbox* out) {
@@ -477,6 +480,7 @@ void JobState::BeginShutdown(const std::string& failure, Clock::time_point now, 
   shutting_down_ = true;
   shutdown_at_ = now;
   failure_ = failure;
+  if (scale_.phase() != ScaleProtocol::Phase::kIdle) AbandonScale("the job is shutting down", out);
   if (!failure.empty()) OSPREY_LOG_ERROR("job failed: {}", failure);
   Status why = Aborted("the job is shutting down" + (failure.empty() ? "" : ": " + failure));
   if (!rendezvous_complete_) {
@@ -544,6 +548,7 @@ proto::ClusterState JobState::Snapshot() const {
   s.set_failure(failure_);
   s.set_metrics_endpoint(metrics_endpoint_);
   s.set_recovering(recovering_);
+  *s.mutable_scale() = ScaleStatusProto();
   return s;
 }
 

@@ -38,6 +38,7 @@
 #include "common/config/cluster_config.h"
 #include "common/status.h"
 #include "common/transport.h"
+#include "coordinator/scale_protocol.h"
 #include "osprey.pb.h"
 
 namespace osprey::coordinator {
@@ -119,6 +120,11 @@ class JobState {
   std::vector<HeartbeatAge> HeartbeatAges(Clock::time_point now) const;
   // Requests waiting at a barrier now, all barriers together.
   size_t barrier_waiters() const;
+  // OP_SCALE (job_state_scale.cc; scale_protocol.h has the rules): SCALE_REQUEST (osprey scale;
+  // answered when the step committed or was abandoned), SCALE_PAUSE (a drained worker; answered
+  // with the map to go on with), SCALE_DONE (an old server moved its rows; answered at commit).
+  void OnScale(const ReplyAddress& from, const proto::ScaleRequest& req, Clock::time_point now,
+               Outbox* out);
   // The coordinator's own metrics URL, carried by every later Snapshot().
   void set_metrics_endpoint(std::string url) { metrics_endpoint_ = std::move(url); }
 
@@ -183,6 +189,14 @@ class JobState {
   void TickRecovery(Clock::time_point now, Outbox* out);
   void CompleteRecovery(Clock::time_point now, Outbox* out);
   bool AllBack() const;
+  // Elastic servers (job_state_scale.cc).
+  void OnJoin(const ReplyAddress& from, const proto::RegisterRequest& req, Clock::time_point now,
+              Outbox* out);
+  void AdvanceScale(Clock::time_point now, Outbox* out);
+  void BeginTransfer(Clock::time_point now, Outbox* out);
+  void CommitScale(Clock::time_point now, Outbox* out);
+  void AbandonScale(const std::string& why, Outbox* out);
+  proto::ScaleStatus ScaleStatusProto() const;
 
   config::ClusterConfig cluster_;
   uint64_t session_id_;
@@ -208,6 +222,14 @@ class JobState {
   bool recovering_ = false;             // started with --recover, not every node back yet
   Clock::time_point recover_start_;
   std::map<std::pair<int, int>, uint64_t> rejoined_;  // (role, rank) -> incarnation, re-registered
+  // Elastic servers: the step in progress, joining servers waiting for it, the held replies.
+  ScaleProtocol scale_;
+  std::vector<Node> joiners_;  // registration order; ranks assigned when their transfer begins
+  ReplyAddress scale_requester_;
+  std::map<int, ReplyAddress> scale_pauses_;  // worker rank -> its SCALE_PAUSE
+  std::map<int, ReplyAddress> scale_done_;    // server rank -> its SCALE_DONE
+  proto::ShardMap scale_target_;
+  std::string scale_refusal_;  // ScaleRefusal(config): why this job cannot scale, if it cannot
 };
 
 // "worker 1 (pid 1234)": how logs and errors name a node.

@@ -21,7 +21,10 @@ namespace osprey::server {
 class DenseTable {
  public:
   DenseTable(const config::TableConfig& cfg, const StateLayout& state, std::vector<uint64_t> owned)
-      : size_(cfg.size), chunk_floats_(cfg.chunk_floats) {
+      : DenseTable(cfg.size, cfg.chunk_floats, state, std::move(owned)) {}
+  DenseTable(uint64_t size, uint64_t chunk_floats, const StateLayout& state,
+             std::vector<uint64_t> owned)
+      : size_(size), chunk_floats_(chunk_floats), layout_(state) {
     std::sort(owned.begin(), owned.end());
     owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
     size_t offset = 0;
@@ -98,6 +101,19 @@ class DenseTable {
     }
     return fn(ChunkBlock{n, chunks, weights_.data(), state_.data(), floats_.data()});
   }
+  // Store::SetOwnedChunks: a table owning `owned`, with the chunks this one owned too carried
+  // over (weights, state, initialized); the others start uninitialized.
+  std::unique_ptr<DenseTable> Reowned(std::vector<uint64_t> owned) const {
+    auto next = std::make_unique<DenseTable>(size_, chunk_floats_, layout_, std::move(owned));
+    for (auto& [c, ch] : next->chunks_) {
+      auto old = chunks_.find(c);
+      if (old == chunks_.end()) continue;
+      std::memcpy(next->Weights(ch), weights(old->second), ch.floats * sizeof(float));
+      ch.state = old->second.state;
+      ch.initialized = old->second.initialized;
+    }
+    return next;
+  }
   // fn(chunk id, chunk) for every owned chunk, in chunk order; stops at the first error.
   template <typename Fn>
   Status ForEachChunk(Fn&& fn) const {
@@ -111,6 +127,7 @@ class DenseTable {
  private:
   const uint64_t size_;
   const uint64_t chunk_floats_;
+  const StateLayout layout_;
   std::unordered_map<uint64_t, Chunk> chunks_;
   Buffer block_;  // the owned chunks' weights; shared with the views handed out
   std::vector<float*> weights_, state_;  // Visit's scratch
@@ -186,6 +203,13 @@ Status NativeStore::EraseRows(uint32_t table, const uint64_t* keys, size_t n, si
   size_t count = 0;
   for (size_t i = 0; i < n; ++i) count += t->Erase(keys[i]) ? 1 : 0;
   if (erased != nullptr) *erased = count;
+  return Status::OK();
+}
+
+Status NativeStore::SetOwnedChunks(uint32_t table, std::vector<uint64_t> owned) {
+  DenseTable* t = dense(table);
+  if (t == nullptr) return Internal("no dense table " + std::to_string(table));
+  dense_[table] = t->Reowned(std::move(owned));
   return Status::OK();
 }
 

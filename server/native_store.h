@@ -40,6 +40,7 @@ class NativeStore : public Store {
   // held across EraseRows may name another key's row: TableShard merges a table with eviction
   // by key, never by id (table_shard.cc), and every other caller holds ids only within a call.
   Status EraseRows(uint32_t table, const uint64_t* keys, size_t n, size_t* erased) override;
+  Status SetOwnedChunks(uint32_t table, std::vector<uint64_t> owned) override;
   Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
   // True when the chunks are owned, distinct and consecutive in chunk-id order (a client's whole
   // route to this server is): dense weights are stored that way, copy-on-write.

@@ -257,6 +257,8 @@ void Server::Handle(Message&& msg) {
 Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header* reply,
                        Buffer* values, bool* answered_later) {
   if (h.op() == proto::OP_SERVER_STATS) return ExecuteStats(values);
+  if (h.op() == proto::OP_MIGRATE_ROWS) return ExecuteMigrate(h, msg);
+  if (h.op() == proto::OP_ROWS_DIGEST) return ExecuteDigest(values);
   if (h.op() == proto::OP_CHECKPOINT) {
     return ExecuteCheckpoint(h, msg, reply, values, answered_later);
   }

@@ -44,11 +44,16 @@
 #include "server/hold_budget.h"
 #include "server/log_limiter.h"
 #include "server/push_dedup.h"
+#include "server/migration/rows_digest.h"
 #include "server/replier.h"
 #include "server/store.h"
 #include "server/table_shard.h"
 
 namespace osprey::server {
+
+namespace migration {
+class RowSender;
+}
 
 struct ServerStatsSnapshot {
   uint64_t requests = 0;
@@ -155,6 +160,25 @@ class Server : private Replier {
   const DecodeStats& decode_stats() const { return decode_stats_; }
   const HoldBudget& hold_budget() const { return *budget_; }
 
+  // Elastic servers (server/migration/server_reshard.cc; README "Adding and removing servers").
+  // At a scale step, with no request in flight: switches this server to `target` (a later epoch,
+  // any server count), sending every record it no longer owns (sparse rows, dense chunks, with
+  // their optimizer state) through `sender` to its new owner, dropping them here once copied,
+  // and taking ownership of the dense chunks it gains (filled by the OP_MIGRATE_ROWS they come
+  // in). Returns what moved. FailedPrecondition before Activate or for a target epoch not after
+  // this one; Unimplemented for a table with admission / eviction or a store that cannot change
+  // its dense chunks (nothing changed then); the sender's errors (the records were dropped here:
+  // the job must then be restored from a checkpoint).
+  struct ReshardResult {
+    uint64_t records_sent = 0;
+    uint64_t records_kept = 0;
+  };
+  StatusOr<ReshardResult> Reshard(const proto::ShardMap& target, migration::RowSender* sender)
+      EXCLUDES(work_mu_);
+  // Count and checksum of every record this server holds (migration/rows_digest.h; also what
+  // OP_ROWS_DIGEST answers). Errors: the store's.
+  StatusOr<migration::RowsDigest> Digest() const EXCLUDES(work_mu_);
+
  private:
   // A validated data request: its table and, for pushes, the values as fp32.
   struct DataRequest {
@@ -171,6 +195,10 @@ class Server : private Replier {
   Status Execute(const proto::Header& h, const Message& msg, proto::Header* reply, Buffer* values,
                  bool* answered_later) REQUIRES(work_mu_);
   Status ExecuteStats(Buffer* values) REQUIRES(work_mu_);
+  // OP_MIGRATE_ROWS / OP_ROWS_DIGEST (server/migration/server_reshard.cc).
+  Status CheckReshard(const proto::ShardMap& target) const REQUIRES(work_mu_);
+  Status ExecuteMigrate(const proto::Header& h, const Message& msg) REQUIRES(work_mu_);
+  Status ExecuteDigest(Buffer* values) REQUIRES(work_mu_);
   Status ExecuteCheckpoint(const proto::Header& h, const Message& msg, proto::Header* reply,
                            Buffer* values, bool* answered_later) REQUIRES(work_mu_);
   Status ExecutePush(const proto::Header& h, const Message& msg, const DataRequest& r,

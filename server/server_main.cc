@@ -25,6 +25,7 @@
 #include "common/rdma/data_transport.h"
 #include "coordinator/coordinator_client.h"
 #include "server/redis/job_store.h"
+#include "server/scale_agent.h"
 #include "server/server.h"
 #include "server/server_metrics.h"
 #include "common/metrics/metrics.h"
@@ -83,7 +84,8 @@ using namespace osprey;  // NOLINT: this file's helpers, as main
 
 StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* coord,
                                               const std::string& endpoint, int rank,
-                                              const std::string& metrics_endpoint, int timeout_ms) {
+                                              const std::string& metrics_endpoint, int timeout_ms,
+                                              bool joining) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_SERVER);
   req.set_endpoint(endpoint);
@@ -93,13 +95,14 @@ StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* co
   req.set_sends_server_report(true);
   req.set_metrics_endpoint(metrics_endpoint);
   req.set_incarnation(ProcessIncarnation());
+  req.set_joining(joining);
   return coord->Register(req, timeout_ms);
 }
 
 // Heartbeats that keep the server's live-worker set current and end the loop in main.
 coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, int rank,
                                          server::Server* srv, std::atomic<bool>* finished,
-                                         std::atomic<bool>* lost) {
+                                         std::atomic<bool>* lost, server::ScaleAgent* agent) {
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = cluster.heartbeat_interval_ms;
   hb.timeout_ms = cluster.heartbeat_timeout_ms;
@@ -116,8 +119,9 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
     h.set_samples(st.pushes_applied);
     return h;
   };
-  hb.on_state = [srv, finished](const proto::ClusterState& st) {
+  hb.on_state = [srv, finished, agent](const proto::ClusterState& st) {
     if (st.shutting_down()) finished->store(true);
+    agent->OnState(st);  // a scale step: move this server's rows (scale_agent.h)
     // bsp windows and ssp bounds wait only for live workers: a dead one releases them.
     std::vector<int> live;
     for (const proto::NodeState& n : st.nodes()) {
@@ -193,6 +197,8 @@ int main(int argc, char** argv) {
   std::string restore;
   app.add_option("--restore", restore,
                  "checkpoint directory to resume from (any server count; refused if corrupt)");
+  bool join = false;
+  app.add_flag("--join", join, "join a running job at its next scale step (osprey scale)");
   config::JobConfig loaded;
   if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-server", &loaded); rc >= 0) return rc;
   config::JobConfig* job = &loaded;
@@ -241,8 +247,10 @@ int main(int argc, char** argv) {
   if (!ctransport.ok()) return Fail(ctransport.status(), "transport");
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
-  auto reg = RegisterServer(coord->get(), *bound, flags.rank, exposer ? exposer->url() : "",
-                            job->cluster.startup_timeout_ms);
+  // A joining server waits for the scale step that takes it in (osprey scale), not just startup.
+  auto reg = RegisterServer(coord->get(), *bound, join ? -1 : flags.rank, exposer ? exposer->url() : "",
+                            join ? std::max(job->cluster.startup_timeout_ms, 3600000)
+                                 : job->cluster.startup_timeout_ms, join);
   if (!reg.ok()) return Fail(reg.status(), "register");
   // Every worker is live at the start (all registered before the reply); heartbeats update it.
   std::vector<int> workers(static_cast<size_t>(std::max(0, reg->num_workers())));
@@ -256,7 +264,12 @@ int main(int argc, char** argv) {
   std::atomic<bool> finished{false};
   std::atomic<bool> lost{false};
   const int rank = reg->rank();
-  coordinator::HeartbeatOptions hb = Heartbeats(job->cluster, rank, &srv, &finished, &lost);
+  server::ScaleAgent agent(&srv, coord->get(), [&] {
+    auto dial = config::MakeTransportOptions(job->security, PeerRole::kServer, PeerRole::kServer);
+    if (!dial.ok()) return StatusOr<std::unique_ptr<Transport>>(dial.status());
+    return rdma::MakeDataTransport(*job, *dial);
+  }, std::max(job->client.timeout_ms, job->cluster.startup_timeout_ms));
+  coordinator::HeartbeatOptions hb = Heartbeats(job->cluster, rank, &srv, &finished, &lost, &agent);
   Status s = (*coord)->StartHeartbeats(hb);
   if (!s.ok()) return Fail(s, "heartbeats");
   s = store->take_over(reg->rank());
@@ -267,12 +280,26 @@ int main(int argc, char** argv) {
   const ReplacementLoss loss = MeasureReplacement(*reg, &srv);
   if (exposer) OSPREY_LOG_INFO("server {} metrics on {}", reg->rank(), exposer->url());
 
-  while (!finished.load() && !lost.load() && !g_stop.load()) {
+  while (!finished.load() && !lost.load() && !g_stop.load() && !agent.removed()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (lost.load() && agent.leaving()) agent.WaitDone();  // the reply may trail the heartbeat's
+  if (agent.removed()) {  // scaled away: its rows live on the other servers now
+    if (auto digest = srv.Digest(); digest.ok()) {
+      OSPREY_LOG_INFO("server {} rows digest: {} rows, {} records, checksum {:016x}", rank,
+                      digest->rows, digest->records, digest->checksum);
+    }
+    (*coord)->Stop();
+    srv.Stop();
+    return 0;
   }
   server::ServerStatsSnapshot st = srv.stats();
   const server::DecodeStats& ds = srv.decode_stats();
   LogFinalStats(rank, st, ds);
+  if (auto digest = srv.Digest(); digest.ok()) {  // what tests compare across scale steps
+    OSPREY_LOG_INFO("server {} rows digest: {} rows, {} records, checksum {:016x}", rank,
+                    digest->rows, digest->records, digest->checksum);
+  }
   if (finished.load() && !lost.load()) {
     // The coordinator waits for this (at most heartbeat_timeout_ms after it began shutting
     // down), so waiting longer than that for the reply is pointless.

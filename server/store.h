@@ -165,6 +165,13 @@ class Store {
   virtual bool PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) {
     return false;
   }
+  // Elastic servers (server/migration/): from now on this store owns exactly the chunks `owned`
+  // of dense `table`. Chunks it owned before and still owns keep their weights and state; new
+  // ones start uninitialized (ImportRecord or InitChunks fills them); the others are dropped.
+  // Optional: Unimplemented by default (a scale step is then refused by the server).
+  virtual Status SetOwnedChunks(uint32_t table, std::vector<uint64_t> owned) {
+    return Unimplemented("this store cannot change its dense chunks (osprey scale)");
+  }
   // Hands `fn` the owned chunks[0..n) to update in place (ChunkBlock), then writes them back.
   virtual Status VisitChunks(uint32_t table, const uint64_t* chunks, size_t n,
                              const ChunkBlockFn& fn) = 0;

@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace osprey::tools {
 
 // `osprey bench WHAT [ARGS...]`: replaces this process with BIN_DIR/osprey-bench-WHAT ARGS...
@@ -60,6 +64,16 @@ int RunReport(const std::string& final_state, const std::string& json_path);
 // python3. Returns the script's exit code (3: matplotlib missing, the message says how to get it).
 int RunPlot(const std::string& bin_dir, const std::string& python, const std::string& kind,
             const std::string& input, const std::string& png);
+
+// `osprey scale --coordinator EP --servers M [--timeout-ms T] [--keys DIR]` (scale_command.cc):
+// asks the job's coordinator to go to M servers and waits for the step; prints its pause.
+// Returns 0 when the new map is committed, 1 when the step failed or the coordinator is
+// unreachable (the reason printed), 2 for bad keys. AddScaleCommand registers the subcommand;
+// RunScaleIfParsed runs it when it was the one parsed, else returns -1.
+struct ScaleCommand;
+ScaleCommand* AddScaleCommand(CLI::App* app);
+int RunScaleIfParsed(const ScaleCommand* cmd);
+int RunScale(const std::string& coordinator, int servers, int timeout_ms, const std::string& keys_dir);
 
 // Runs argv (argv[0] looked up on PATH) and waits; returns its exit code (128 + N for signal N).
 int RunAndWait(const std::vector<std::string>& argv);

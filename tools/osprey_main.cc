@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
   plot_cmd->add_option("report", plot_input, "osprey launch --report-json output")->required();
   plot_cmd->add_option("png", plot_png, "the PNG to write")->required();
 
+  ScaleCommand* scale_cmd = AddScaleCommand(&app);  // osprey scale (elastic servers)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   if (launch_cmd->parsed()) return RunLaunch(launch);
+  if (int rc = RunScaleIfParsed(scale_cmd); rc >= 0) return rc;
   if (ckpt_cmd->parsed()) {
     return RunCheckpoint(ckpt_coordinator, ckpt_dir, ckpt_timeout_ms, ckpt_keys);
   }

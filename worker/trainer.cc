@@ -232,6 +232,7 @@ Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
   for (int64_t i = first_step_; i < job_.train.steps; ++i) {
     const StepTimes before = times_;
     const uint64_t samples_before = samples_.load();
+    if (boundary_ != nullptr && boundary_->Pending(i)) OSPREY_RETURN_IF_ERROR(AtBoundary(i));
     const auto step_start = std::chrono::steady_clock::now();
     Status s = Step(&batch);
     if (step_metrics_ != nullptr && s.ok()) {

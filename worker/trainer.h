@@ -21,6 +21,7 @@
 #include "worker/compression.h"
 #include "worker/data/batch.h"
 #include "worker/models/model.h"
+#include "worker/scale_pause.h"
 #include "osprey.pb.h"
 
 namespace osprey::metrics {
@@ -96,6 +97,9 @@ class TrainLoop {
   virtual Status ResumeAt(int64_t step) {
     return step == 0 ? Status::OK() : Unimplemented("this training loop cannot resume at a step");
   }
+  // Elastic servers (scale_pause.h): asked at every step boundary; borrowed, outlives the loop.
+  // Loops that cannot switch clients (the GPU loop) ignore it, so a scale step times out.
+  virtual void SetStepBoundary(StepBoundary* boundary) {}
 };
 
 // Shared by both loops: AUC and logloss of held-out predictions, and the oracle's AUC when the
@@ -125,6 +129,7 @@ class Trainer final : public TrainLoop {
   void FillReport(proto::WorkerReport* report) const override;
   void SetMetrics(metrics::Registry* registry) override;
   Status ResumeAt(int64_t step) override;  // trainer_resume.cc
+  void SetStepBoundary(StepBoundary* boundary) override { boundary_ = boundary; }
   // Dense push compression so far (all zero when the dense table is not compressed).
   CompressionStats compression_stats() const;
   StepTimes step_times() const { return times_; }
@@ -132,11 +137,15 @@ class Trainer final : public TrainLoop {
  private:
   Status Step(data::Batch* batch);
   Status WaitPushes();
+  // Before step `step` when boundary_ says so: drain, pause, and go on with the client it gives
+  // (trainer_scale.cc).
+  Status AtBoundary(int64_t step);
 
   const config::JobConfig& job_;
   const int rank_;
   const int num_workers_;
   Client* client_;
+  StepBoundary* boundary_ = nullptr;
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<DataSource> data_;
   DenseCompressor* compressor_ = nullptr;  // owned by the client; null unless the dense table has a codec

@@ -73,7 +73,7 @@ worker::HostGroup MakeHostGroup(const proto::RegisterReply& reg, coordinator::Co
 // Heartbeats carry the trainer's progress; a job shutting down on a failure, or a lost
 // coordinator, stops the client, which fails every outstanding request so training stops now.
 Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobConfig& job, int rank,
-                       uint64_t incarnation, int64_t resume_at, worker::TrainLoop* trainer, worker::Client* client,
+                       uint64_t incarnation, int64_t resume_at, worker::TrainLoop* trainer, worker::ScalePause* pause,
                        std::atomic<bool>* aborted, std::atomic<bool>* over) {
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = job.cluster.heartbeat_interval_ms;
@@ -90,17 +90,18 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_samples(p.samples);
     return h;
   };
-  hb.on_state = [client, aborted, over](const proto::ClusterState& st) {
-    client->OnClusterState(st);  // server failover: dead servers, replacements (client_failover.cc)
+  hb.on_state = [pause, aborted, over](const proto::ClusterState& st) {
+    pause->current()->OnClusterState(st);  // server failover: dead servers, replacements (client_failover.cc)
+    pause->OnState(st);  // a scale step: the loop pauses at its next step boundary
     if (st.shutting_down()) over->store(true);
     if (st.shutting_down() && !st.failure().empty() && !aborted->exchange(true)) {
       OSPREY_LOG_ERROR("job is shutting down: {}", st.failure());
-      client->Stop();
+      pause->current()->Stop();
     }
   };
-  hb.on_lost = [client, aborted](const Status& why) {
+  hb.on_lost = [pause, aborted](const Status& why) {
     OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());
-    if (!aborted->exchange(true)) client->Stop();
+    if (!aborted->exchange(true)) pause->current()->Stop();
   };
   return coord->StartHeartbeats(hb);
 }
@@ -270,14 +271,26 @@ int main(int argc, char** argv) {
     worker::ExportWorkerMetrics(trainer.get(), &client, std::move(tables), &registry);
     OSPREY_LOG_INFO("worker {} metrics on {}", rank, exposer->url());
   }
+  // Elastic servers: at a scale step the loop pauses and goes on with a client of the new map.
+  worker::ScalePause pause(
+      rank, &client,
+      [c = coord->get()](const proto::ScaleRequest& r) { return c->Scale(r, 600000); },
+      [&](const proto::ShardMap& map) -> StatusOr<std::unique_ptr<worker::Client>> {
+        OSPREY_ASSIGN_OR_RETURN(auto t, rdma::MakeDataTransport(job, *data_options));
+        auto next = std::make_unique<worker::Client>(copts, std::move(t), map);
+        OSPREY_RETURN_IF_ERROR(next->Start());
+        return next;
+      });
+  trainer->SetStepBoundary(&pause);
   std::atomic<bool> aborted{false};
   const int64_t resume_at = reg->rejoined() ? reg->resume_clock() : 0;
   std::atomic<bool> over{false};  // the coordinator says the job is shutting down
-  s = StartHeartbeats(coord->get(), job, rank, incarnation, resume_at, trainer.get(), &client, &aborted, &over);
+  s = StartHeartbeats(coord->get(), job, rank, incarnation, resume_at, trainer.get(), &pause, &aborted, &over);
   if (!s.ok()) return Fail(s, "heartbeats");
-  const int rc = TrainAndReport(trainer.get(), coord->get(), &client, job, rank, num_workers, resume_at, over);
-  // Joins the heartbeat thread first: its on_lost may be stopping `client` right now.
+  const int rc = TrainAndReport(trainer.get(), coord->get(), pause.current(), job, rank, num_workers, resume_at, over);
+  // Joins the heartbeat thread first: its on_lost may be stopping the client right now.
   (*coord)->Stop();
+  pause.current()->Stop();
   client.Stop();
   return rc;
 }

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The pause of a scale step (osprey scale), measured with the real binaries on this machine.
+
+Starts osprey-coordinator, 2 osprey-server and 2 osprey-worker processes (bsp, the DLRM of
+configs/bsp.yaml with large batches of nearly uniform ids over 26 x --cardinality keys, so the
+servers hold about a million rows after --warmup seconds), then per run: starts a third server with --join, `osprey scale --servers 3`, and
+`osprey scale --servers 2`. Reports per step, median of --runs runs:
+  records   rows + dense chunks the servers held when the step began (their reshard log lines)
+  moved     records sent server to server
+  pause     coordinator: first worker paused -> new map committed (what `osprey scale` prints)
+  transfer  coordinator: transfer begun -> every old server done
+  worker    the slowest worker's own pause (from its pause request to its new client), which adds
+            the reply and the new client's start to `pause`
+
+  python3 bench/elastic/scale_pause.py --bin-dir build/bin [--cardinality 40000] [--runs 3]
+"""
+import argparse
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def latest(path, pattern):
+    try:
+        text = open(path, errors="replace").read()
+    except OSError:
+        return []
+    return re.findall(pattern, text)
+
+
+def run_once(args, work):
+    endpoint = "tcp://127.0.0.1:%d" % free_port()
+    sets = ["cluster.coordinator=" + endpoint, "cluster.heartbeat_interval_ms=50",
+            "train.steps=1000000", "train.eval_samples=0", "train.batch_size=%d" % args.batch,
+            "data.zipf_alpha=0.05", "data.cardinalities=[%s]" % ",".join([str(args.cardinality)] * 26),
+            "client.timeout_ms=120000"]
+    common = ["--config", args.config]
+    for s in sets:
+        common += ["--set", s]
+    procs = {}
+
+    def spawn(name, binary, extra=()):
+        log = open(os.path.join(work, name + ".log"), "w")
+        procs[name] = subprocess.Popen([os.path.join(args.bin_dir, binary)] + common + list(extra),
+                                       stdout=log, stderr=subprocess.STDOUT)
+
+    try:
+        spawn("coordinator", "osprey-coordinator")
+        for s in range(2):
+            spawn("server-%d" % s, "osprey-server")
+        for w in range(2):
+            spawn("worker-%d" % w, "osprey-worker")
+        # 26 features of --cardinality nearly uniform ids: the rows saturate near 26 x cardinality
+        # within seconds; the reshard log lines below say how many there were.
+        time.sleep(args.warmup)
+        for name, p in procs.items():
+            if p.poll() is not None:
+                raise RuntimeError("%s exited early; see %s" % (name, work))
+        spawn("server-2", "osprey-server", ["--join"])
+        out = {}
+        for step, servers in (("2->3", 3), ("3->2", 2)):
+            r = subprocess.run([os.path.join(args.bin_dir, "osprey"), "scale", "--coordinator", endpoint,
+                                "--servers", str(servers)], capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                raise RuntimeError("osprey scale %s failed: %s%s" % (step, r.stdout, r.stderr))
+            m = re.search(r"at step (\d+): (\d+) records moved, training paused ([0-9.]+) s "
+                          r"\(transfer ([0-9.]+) s\)", r.stdout)
+            epoch = 2 if servers == 3 else 3
+            records = 0
+            for s in range(3):
+                for sent, kept in latest(os.path.join(work, "server-%d.log" % s),
+                                         r"resharded to epoch %d .*: (\d+) records sent, (\d+) kept" % epoch):
+                    records += int(sent) + int(kept)
+            worker = 0.0
+            for w in range(2):
+                got = latest(os.path.join(work, "worker-%d.log" % w),
+                             r"shard map epoch %d .* paused ([0-9.]+) s" % epoch)
+                if got:
+                    worker = max(worker, float(got[-1]))
+            out[step] = dict(records=records, moved=int(m.group(2)), pause=float(m.group(3)),
+                             transfer=float(m.group(4)), worker=worker)
+            time.sleep(1.0)  # train a little on the new map before the next step
+        return out
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p in procs.values():
+            p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin-dir", default="build/bin")
+    ap.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "..", "..", "configs", "bsp.yaml"))
+    ap.add_argument("--cardinality", type=int, default=40000, help="ids per feature (26 features)")
+    ap.add_argument("--warmup", type=float, default=20.0, help="seconds of training before the first step")
+    ap.add_argument("--batch", type=int, default=8192)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    runs = []
+    for i in range(args.runs):
+        work = tempfile.mkdtemp(prefix="osprey-scale-bench-")
+        r = run_once(args, work)
+        runs.append(r)
+        for step, v in r.items():
+            print("run %d %s: %d records, %d moved, pause %.3f s, transfer %.3f s, worker %.3f s"
+                  % (i + 1, step, v["records"], v["moved"], v["pause"], v["transfer"], v["worker"]),
+                  flush=True)
+    print()
+    print("| step | records (median) | moved (median) | pause s (median) | transfer s | worker pause s | runs |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for step in ("2->3", "3->2"):
+        col = lambda k: statistics.median(r[step][k] for r in runs)
+        print("| %s | %d | %d | %.3f | %.3f | %.3f | %d |" % (step, col("records"), col("moved"), col("pause"),
+                                                          col("transfer"), col("worker"), len(runs)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

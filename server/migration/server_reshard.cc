@@ -1,0 +1,202 @@
+// The server's side of a scale step (osprey scale; server.h "Elastic servers"): Reshard moves
+// the records this server no longer owns under the new shard map to their new owners, and
+// ExecuteMigrate takes in the records another server moved here.
+#include <algorithm>
+#include <string>
+
+#include "common/logging.h"
+#include "common/placement.h"
+#include "server/migration/moved_rows.h"
+#include "server/migration/row_sender.h"
+#include "server/migration/rows_digest.h"
+#include "server/request_checks.h"
+#include "server/server.h"
+
+namespace osprey::server {
+namespace {
+
+constexpr size_t kRecordsPerMessage = 65536;
+
+// Cuts the records of `keys` (sent to `endpoint`) into messages; `fill` appends a key's record.
+template <typename Fill>
+Status AddBatches(const std::string& endpoint, uint32_t table, uint64_t epoch, uint64_t version,
+                  const std::vector<uint64_t>& keys, Fill&& fill,
+                  std::vector<migration::RowBatch>* out) {
+  for (size_t begin = 0; begin < keys.size(); begin += kRecordsPerMessage) {
+    migration::RowBatch b;
+    b.endpoint = endpoint;
+    b.table = table;
+    b.epoch = epoch;
+    b.version = version;
+    const size_t end = std::min(keys.size(), begin + kRecordsPerMessage);
+    b.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                  keys.begin() + static_cast<std::ptrdiff_t>(end));
+    OSPREY_RETURN_IF_ERROR(fill(b.keys, &b.records));
+    out->push_back(std::move(b));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Server::CheckReshard(const proto::ShardMap& target) const {
+  if (tables_.empty()) return FailedPrecondition("scale: this server is not active yet");
+  if (target.epoch() <= epoch_) {
+    return FailedPrecondition("scale: target epoch " + std::to_string(target.epoch()) +
+                              " is not after this server's epoch " + std::to_string(epoch_));
+  }
+  if (target.server_endpoints_size() < 1 || target.tables_size() != static_cast<int>(tables_.size())) {
+    return InvalidArgument("scale: the target shard map has " +
+                           std::to_string(target.server_endpoints_size()) + " servers and " +
+                           std::to_string(target.tables_size()) + " tables (this server has " +
+                           std::to_string(tables_.size()) + ")");
+  }
+  for (const auto& t : tables_) {
+    if (t->lifecycle() != nullptr) {
+      return Unimplemented("scale: table '" + t->spec().name() +
+                           "' has feature admission / eviction, whose sketch and row ages a "
+                           "scale step does not move yet");
+    }
+  }
+  return Status::OK();
+}
+
+StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
+                                                migration::RowSender* sender) {
+  std::vector<migration::RowBatch> batches;
+  ReshardResult result;
+  {
+    MutexLock work(&work_mu_);
+    OSPREY_RETURN_IF_ERROR(CheckReshard(target));
+    const int self = rank();
+    const int n = target.server_endpoints_size();
+    std::vector<std::vector<uint64_t>> erase(tables_.size());
+    std::vector<std::vector<uint64_t>> owned(tables_.size());
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      const uint32_t id = static_cast<uint32_t>(i);
+      const TableShard& t = *tables_[i];
+      const bool sparse = t.spec().type() == proto::TABLE_SPARSE;
+      // Every record's key (sparse rows; initialized dense chunks), and the dense ones' records.
+      std::vector<uint64_t> keys;
+      std::vector<float> dense_records;
+      std::vector<size_t> dense_offsets;
+      OSPREY_RETURN_IF_ERROR(store_->ExportRecords(id, [&](uint64_t key, const float* d, size_t f) {
+        keys.push_back(key);
+        if (!sparse) {
+          dense_offsets.push_back(dense_records.size());
+          dense_records.insert(dense_records.end(), d, d + f);
+        }
+        return Status::OK();
+      }));
+      migration::MovePlan plan = sparse ? migration::PlanKeyMoves(id, keys.data(), keys.size(), self, n)
+                                        : migration::PlanChunkMoves(id, keys.data(), keys.size(), self, n);
+      result.records_kept += plan.kept;
+      for (size_t d = 0; d < plan.by_dest.size(); ++d) {
+        const std::vector<uint64_t>& moved = plan.by_dest[d];
+        if (moved.empty()) continue;
+        result.records_sent += moved.size();
+        auto fill = [&](const std::vector<uint64_t>& ks, std::vector<float>* out) -> Status {
+          work_mu_.AssertHeld();  // called right here, under the lock
+          if (sparse) {
+            return store_->VisitRows(id, ks.data(), ks.size(), RowAccess::kRead,
+                                     [&](const RowBlock& b) -> Status {
+              work_mu_.AssertHeld();
+              const size_t f = store_->RecordFloats(id, 0);
+              for (size_t r = 0; r < b.n; ++r) {
+                if (b.rows[r] == nullptr) return Internal("scale: an exported row vanished");
+                out->insert(out->end(), b.rows[r], b.rows[r] + f);
+              }
+              return Status::OK();
+            });
+          }
+          for (uint64_t c : ks) {
+            const size_t at = static_cast<size_t>(
+                std::find(keys.begin(), keys.end(), c) - keys.begin());
+            const size_t end = at + 1 < dense_offsets.size() ? dense_offsets[at + 1] : dense_records.size();
+            out->insert(out->end(), dense_records.begin() + static_cast<std::ptrdiff_t>(dense_offsets[at]),
+                        dense_records.begin() + static_cast<std::ptrdiff_t>(end));
+          }
+          return Status::OK();
+        };
+        OSPREY_RETURN_IF_ERROR(AddBatches(target.server_endpoints(static_cast<int>(d)), id,
+                                          target.epoch(), t.version(), moved, fill, &batches));
+        if (sparse) erase[i].insert(erase[i].end(), moved.begin(), moved.end());
+      }
+      if (!sparse) {
+        owned[i] = self < n ? migration::OwnedChunks(id, t.num_chunks(), self, n)
+                            : std::vector<uint64_t>();
+      }
+    }
+    // Dense ownership first: a store that cannot change it refuses before anything moved.
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      if (tables_[i]->spec().type() != proto::TABLE_DENSE) continue;
+      OSPREY_RETURN_IF_ERROR(store_->SetOwnedChunks(static_cast<uint32_t>(i), owned[i]));
+    }
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      if (erase[i].empty()) continue;
+      OSPREY_RETURN_IF_ERROR(store_->EraseRows(static_cast<uint32_t>(i), erase[i].data(),
+                                               erase[i].size(), nullptr));
+    }
+    epoch_ = target.epoch();
+    placement_epoch_ = target.placement_epoch() != 0 ? target.placement_epoch() : target.epoch();
+    placement_known_ = target.placement_epoch() != 0;
+    num_servers_ = n;
+  }
+  if (!batches.empty()) {
+    if (sender == nullptr) return Internal("scale: records to move but no sender");
+    OSPREY_RETURN_IF_ERROR(sender->SendAll(std::move(batches)));
+  }
+  OSPREY_LOG_INFO("server {}: resharded to epoch {} ({} servers): {} records sent, {} kept", rank(),
+                  target.epoch(), target.server_endpoints_size(), result.records_sent,
+                  result.records_kept);
+  return result;
+}
+
+Status Server::ExecuteMigrate(const proto::Header& h, const Message& msg) {
+  if (h.epoch() > epoch_) {
+    return Unavailable("scale: records for epoch " + std::to_string(h.epoch()) +
+                       " arrived before this server reached it (at " + std::to_string(epoch_) + ")");
+  }
+  if (h.epoch() < epoch_) {
+    return FailedPrecondition("scale: records for the past epoch " + std::to_string(h.epoch()) +
+                              " (this server is at " + std::to_string(epoch_) + ")");
+  }
+  if (h.table() >= tables_.size()) {
+    return InvalidArgument("scale: table id " + std::to_string(h.table()) + " does not exist");
+  }
+  TableShard& t = *tables_[h.table()];
+  OSPREY_RETURN_IF_ERROR(ValidateKeys(h, msg, t, rank(), num_servers_));
+  const uint64_t* keys = msg.keys.as<uint64_t>();
+  size_t want = 0;
+  for (size_t i = 0; i < h.num_keys(); ++i) want += store_->RecordFloats(h.table(), keys[i]);
+  if (msg.values.size() != want * sizeof(float)) {
+    return InvalidArgument("scale: table '" + t.spec().name() + "': " + std::to_string(h.num_keys()) +
+                           " records need " + std::to_string(want * sizeof(float)) +
+                           " bytes, the values frame has " + std::to_string(msg.values.size()));
+  }
+  const float* data = msg.values.as<float>();
+  for (size_t i = 0; i < h.num_keys(); ++i) {
+    const size_t f = store_->RecordFloats(h.table(), keys[i]);
+    OSPREY_RETURN_IF_ERROR(store_->ImportRecord(h.table(), keys[i], data, f));
+    data += f;
+  }
+  t.set_version(std::max(t.version(), h.version()));
+  return Status::OK();
+}
+
+StatusOr<migration::RowsDigest> Server::Digest() const {
+  MutexLock work(&work_mu_);
+  return migration::DigestStore(*store_, static_cast<uint32_t>(tables_.size()));
+}
+
+Status Server::ExecuteDigest(Buffer* values) {
+  OSPREY_ASSIGN_OR_RETURN(migration::RowsDigest d,
+                          migration::DigestStore(*store_, static_cast<uint32_t>(tables_.size())));
+  proto::ServerStats st;
+  st.set_rows(d.rows);
+  st.set_rows_checksum(d.checksum);
+  *values = SerializeMessage(st);
+  return Status::OK();
+}
+
+}  // namespace osprey::server

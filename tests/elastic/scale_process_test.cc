@@ -1,0 +1,246 @@
+// osprey scale with real processes (issue 12 item 4): the test starts osprey-coordinator, two
+// osprey-server and two osprey-worker processes itself (as `osprey launch` does), trains a bsp
+// job, starts a third server with --join and runs `osprey scale --servers 3`, then
+// `osprey scale --servers 2` (the third server hands its rows back and exits), and the job
+// finishes. Rows are conserved exactly: the sum of the servers' final row digests (count and
+// checksum of every row and dense chunk with its optimizer state, logged at exit) equals that of
+// the same job run without scaling -- in bsp both end at the same cut (train.steps clocks).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/transport.h"
+#include "coordinator/coordinator_client.h"
+#include "tests/testing/free_port.h"
+#include "tests/testing/test_env.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using osprey::testing::EnvOr;
+using osprey::testing::ReadFile;
+
+constexpr int kSteps = 900;
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  bool reaped = false;
+  int status = 0;
+};
+
+// The processes of one job; whatever still runs at the end is killed and reaped.
+class Job {
+ public:
+  explicit Job(const std::string& dir) : dir_(dir) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    bin_ = EnvOr("OSPREY_BIN_DIR", "build/bin");
+    endpoint_ = "tcp://127.0.0.1:" + std::to_string(osprey::testing::FreePort());
+    config_ = {"--config", EnvOr("OSPREY_SOURCE_DIR", ".") + "/configs/bsp.yaml"};
+    for (const std::string& s :
+         {"cluster.coordinator=" + endpoint_, std::string("cluster.heartbeat_interval_ms=50"),
+          "train.steps=" + std::to_string(kSteps), std::string("train.eval_samples=0"),
+          std::string("train.batch_size=64"), std::string("tables.1.chunk_floats=512"),
+          std::string("log.level=info")}) {
+      config_.insert(config_.end(), {"--set", s});
+    }
+  }
+  ~Job() {
+    coord_.reset();
+    for (auto& c : children_) {
+      if (!c.reaped && c.pid > 0) {
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+      }
+    }
+  }
+  void Start() {
+    Spawn("coordinator", "osprey-coordinator", config_);
+    Spawn("server-0", "osprey-server", config_);
+    Spawn("server-1", "osprey-server", config_);
+    Spawn("worker-0", "osprey-worker", config_);
+    Spawn("worker-1", "osprey-worker", config_);
+  }
+  void Spawn(const std::string& name, const std::string& binary, std::vector<std::string> args) {
+    const std::string path = bin_ + "/" + binary;
+    const std::string logp = log(name);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(logp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      std::vector<char*> argv{const_cast<char*>(path.c_str())};
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(path.c_str(), argv.data());
+      ::_exit(127);
+    }
+    children_.push_back(Child{name, pid});
+  }
+  // `osprey scale --servers M`, run to its end; its exit code (-1: not within the deadline).
+  int Scale(int servers) {
+    const std::string name = "scale-" + std::to_string(scale_runs_++);
+    Spawn(name, "osprey", {"scale", "--coordinator", endpoint_, "--servers", std::to_string(servers),
+                           "--timeout-ms", "60000"});
+    Child& c = children_.back();
+    const auto deadline = Clock::now() + std::chrono::seconds(90);
+    while (!Exited(c) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return c.reaped && WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1;
+  }
+  bool Exited(Child& c) {
+    if (c.reaped) return true;
+    int st = 0;
+    if (::waitpid(c.pid, &st, WNOHANG) == c.pid) {
+      c.reaped = true;
+      c.status = st;
+    }
+    return c.reaped;
+  }
+  bool WaitAll(Clock::time_point deadline) {
+    while (Clock::now() < deadline) {
+      bool all = true;
+      for (auto& c : children_) all = Exited(c) && all;
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // The slowest worker's step as the coordinator last heard it; -1 when not known.
+  long MinStep() {
+    if (!coord_) {
+      auto t = osprey::MakeTransport(osprey::TransportOptions{});
+      if (!t.ok()) return -1;
+      auto c = osprey::coordinator::CoordinatorClient::Create(std::move(t).value(), endpoint_);
+      if (!c.ok()) return -1;
+      coord_ = std::move(c).value();
+    }
+    auto st = coord_->GetState(1000);
+    if (!st.ok()) return -1;
+    long min = -1;
+    int workers = 0;
+    for (const auto& n : st->nodes()) {
+      if (n.role() != osprey::proto::ROLE_WORKER) continue;
+      ++workers;
+      min = min < 0 ? n.clock() : std::min<long>(min, n.clock());
+    }
+    return workers == 2 ? min : -1;
+  }
+  bool WaitForStep(long step, int seconds) {
+    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+    while (Clock::now() < deadline) {
+      if (MinStep() >= step) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // Sum over the servers' "rows digest" lines: rows, records, checksum (mod 2^64).
+  void Digest(uint64_t* rows, uint64_t* records, uint64_t* checksum, int* servers) {
+    static const std::regex re(R"(server \d+ rows digest: (\d+) rows, (\d+) records, checksum ([0-9a-f]+))");
+    *rows = *records = *checksum = 0;
+    *servers = 0;
+    for (const auto& c : children_) {
+      if (c.name.rfind("server-", 0) != 0) continue;
+      const std::string text = ReadFile(log(c.name));
+      std::smatch m;
+      if (!std::regex_search(text, m, re)) continue;
+      ++*servers;
+      *rows += std::stoull(m[1]);
+      *records += std::stoull(m[2]);
+      *checksum += std::stoull(m[3], nullptr, 16);
+    }
+  }
+  std::string log(const std::string& name) const { return dir_ + "/" + name + ".log"; }
+  std::vector<Child>& children() { return children_; }
+  const std::vector<std::string>& config() const { return config_; }
+  std::string Logs() const {
+    std::string out;
+    for (const auto& c : children_) out += "---- " + c.name + "\n" + ReadFile(log(c.name)).substr(0, 6000);
+    return out;
+  }
+
+ private:
+  std::string dir_, bin_, endpoint_;
+  std::vector<std::string> config_;
+  std::vector<Child> children_;
+  std::unique_ptr<osprey::coordinator::CoordinatorClient> coord_;
+  int scale_runs_ = 0;
+};
+
+bool AllExitedZero(Job& job, std::string* why) {
+  for (auto& c : job.children()) {
+    if (!c.reaped || !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+      *why = c.name + (c.reaped ? " exit status " + std::to_string(c.status) : " still running");
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(ScaleProcessTest, TwoToThreeToTwoServersConservesEveryRow) {
+  const std::string base = "/tmp/osprey-scale-test-" + std::to_string(::getpid());
+  uint64_t rows = 0, records = 0, checksum = 0;
+  int servers = 0;
+  std::string scale_out;
+  {
+    Job job(base + "/scaled");
+    job.Start();
+    ASSERT_TRUE(job.WaitForStep(100, 120)) << job.Logs();
+    std::vector<std::string> join = job.config();
+    join.push_back("--join");
+    job.Spawn("server-2", "osprey-server", join);
+    ASSERT_EQ(job.Scale(3), 0) << job.Logs();
+    scale_out = ReadFile(job.log("scale-0"));
+    const long at = job.MinStep();
+    ASSERT_TRUE(job.WaitForStep(at + 100, 120)) << "training did not go on after 2 -> 3\n" << job.Logs();
+    ASSERT_EQ(job.Scale(2), 0) << job.Logs();
+    scale_out += ReadFile(job.log("scale-1"));
+    ASSERT_TRUE(job.WaitAll(Clock::now() + std::chrono::seconds(180))) << job.Logs();
+    std::string why;
+    EXPECT_TRUE(AllExitedZero(job, &why)) << why << "\n" << job.Logs();
+    job.Digest(&rows, &records, &checksum, &servers);
+    EXPECT_EQ(servers, 3) << job.Logs();
+    EXPECT_NE(ReadFile(job.log("server-2")).find("removed from the job"), std::string::npos);
+    EXPECT_NE(ReadFile(job.log("worker-0")).find("epoch 3 (2 servers)"), std::string::npos)
+        << ReadFile(job.log("worker-0"));
+  }
+  EXPECT_NE(scale_out.find("scaled to 3 servers (shard map epoch 2)"), std::string::npos) << scale_out;
+  EXPECT_NE(scale_out.find("scaled to 2 servers (shard map epoch 3)"), std::string::npos) << scale_out;
+  std::printf("%s", scale_out.c_str());
+
+  uint64_t base_rows = 0, base_records = 0, base_checksum = 0;
+  int base_servers = 0;
+  {
+    Job job(base + "/baseline");
+    job.Start();
+    ASSERT_TRUE(job.WaitAll(Clock::now() + std::chrono::seconds(180))) << job.Logs();
+    std::string why;
+    EXPECT_TRUE(AllExitedZero(job, &why)) << why << "\n" << job.Logs();
+    job.Digest(&base_rows, &base_records, &base_checksum, &base_servers);
+    EXPECT_EQ(base_servers, 2);
+  }
+  std::printf("rows digest, scaled 2->3->2: %llu rows, %llu records, checksum %016llx\n"
+              "rows digest, never scaled:    %llu rows, %llu records, checksum %016llx\n",
+              static_cast<unsigned long long>(rows), static_cast<unsigned long long>(records),
+              static_cast<unsigned long long>(checksum), static_cast<unsigned long long>(base_rows),
+              static_cast<unsigned long long>(base_records), static_cast<unsigned long long>(base_checksum));
+  EXPECT_GT(base_rows, 1000u);
+  EXPECT_EQ(rows, base_rows);
+  EXPECT_EQ(records, base_records);
+  EXPECT_EQ(checksum, base_checksum) << "a row's weights or optimizer state differ from the run without scaling";
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(base);
+}
+
+}  // namespace
