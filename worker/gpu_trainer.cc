@@ -146,7 +146,7 @@ Status GpuTrainer::InitBuffers() {
 }
 
 Status GpuTrainer::InitData() {
-  OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs());
+  OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs(cpu_model_->dense_tensors()));
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
   if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
   std::vector<float> init(num_params_);

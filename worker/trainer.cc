@@ -102,7 +102,8 @@ Status Trainer::Init() {
   model_->InitDense(job_.model.seed, params_.data());
   int dense_index = job_.TableIndex(job_.model.dense_table);
   if (dense_index >= 0) {
-    OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_));
+    OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_,
+                                                        model_->dense_tensors()));
   }
   int sparse_index = job_.TableIndex(job_.model.sparse_table);
   if (sparse_index >= 0) {

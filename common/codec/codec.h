@@ -30,6 +30,9 @@ struct CodecState {
   // Set by the caller before the first Encode: makes this tensor's random draws (random-k,
   // sampled threshold) differ from other tensors'.
   uint64_t tensor_seed = 0;
+  // Set by the caller: the fewest elements top-k / random-k select (capped at the tensor's
+  // length), whatever the density says; granularity "layer" sets it to layer_min_k.
+  uint64_t min_k = 1;
   // Completed Encode calls; advanced by the codec MakeCodec returns after each successful Encode;
   // read by density schedules and seeds.
   uint64_t step = 0;

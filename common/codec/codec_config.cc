@@ -71,7 +71,10 @@ Status ValidateCodecConfig(const CodecConfig& c) {
   }
   if (!(c.clip_norm >= 0.0f && std::isfinite(c.clip_norm))) return Bad("clip_norm", c.clip_norm, "must be >= 0 and finite");
   OSPREY_RETURN_IF_ERROR(ValidateSchedule(c));
-  if (!OneOf(c.granularity, {"tensor", "bucket"})) return BadName("granularity", c.granularity, "tensor|bucket");
+  if (!OneOf(c.granularity, {"tensor", "bucket", "layer"})) {
+    return BadName("granularity", c.granularity, "tensor|bucket|layer");
+  }
+  if (c.layer_min_k == 0) return Bad("layer_min_k", c.layer_min_k, "must be >= 1");
   if (c.granularity == "bucket" && (c.bucket_bytes == 0 || c.bucket_bytes % 4 != 0)) {
     return Bad("bucket_bytes", c.bucket_bytes, "must be a positive multiple of 4");
   }

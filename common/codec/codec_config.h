@@ -56,12 +56,19 @@ struct CodecConfig {
   float clip_norm = 0.0f;
   DensityScheduleConfig schedule;
 
-  // Units (tensors or buckets) smaller than this many bytes are sent uncompressed ("none").
+  // Push messages smaller than this many bytes are sent uncompressed ("none").
   size_t min_compress_bytes = 16384;
-  // "tensor": each tensor is its own unit with its own k (layer-wise). "bucket": the concatenated
-  // gradient is cut into units of bucket_bytes regardless of tensor boundaries.
+  // Encode units of a push message (one server's share of the dense table), each with its own
+  // state and its own k = density x unit size:
+  //   "tensor": the whole message is one unit (one k for the message).
+  //   "bucket": the message is cut into units of bucket_bytes regardless of tensor boundaries.
+  //   "layer":  one unit per model tensor (the model's TensorLayout, tensor_layout.h), so a small
+  //             layer is never starved by a large one; k_l = max(layer_min_k, density x size_l).
   std::string granularity = "tensor";
   size_t bucket_bytes = size_t{4} << 20;  // a positive multiple of 4
+  // granularity "layer", topk/randomk: the fewest elements a layer sends per step (capped at
+  // the layer's size); >= 1.
+  uint64_t layer_min_k = 1;
 };
 
 // Fewest draws of the sampled threshold estimate, whatever sample_rate says: below this the

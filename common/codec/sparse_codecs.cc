@@ -1,5 +1,6 @@
 #include "common/codec/sparse_codecs.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/codec/dense_codecs.h"
@@ -17,6 +18,11 @@ void StartSparse(CodecId id, ValueType type, size_t n, size_t count, Encoded* ou
 }
 
 }  // namespace
+
+double FlooredDensity(double density, size_t n, uint64_t min_k) {
+  if (n == 0 || min_k <= 1) return density;
+  return std::max(density, std::min(1.0, static_cast<double>(min_k) / static_cast<double>(n)));
+}
 
 TopKMethod TopKMethodFromName(const std::string& name) {
   if (name == "sample") return TopKMethod::kSample;
@@ -39,7 +45,7 @@ void WriteSelected(const float* x, size_t n, const Selection& sel, CodecId id, V
 }
 
 Selection TopKCodec::Select(const float* x, size_t n, uint64_t step, uint64_t tensor_seed, CodecState* state) const {
-  const double density = options_.schedule.DensityAt(step);
+  const double density = FlooredDensity(options_.schedule.DensityAt(step), n, state->min_k);
   switch (options_.method) {
     case TopKMethod::kExact:
       return SelectExact(x, n, MakeTargets(n, density, 0.0).k, &state->scratch_keys);
@@ -77,7 +83,8 @@ Status TopKCodec::DecodeAdd(const EncodedView& in, float* dst, size_t n, float s
 
 Status RandomKCodec::Encode(const float* g, size_t n, CodecState* state, Encoded* out) const {
   OSPREY_RETURN_IF_ERROR(CheckTensorLength(n));
-  const uint64_t k = n == 0 ? 0 : MakeTargets(n, options_.schedule.DensityAt(state->step), 0.0).k;
+  const uint64_t k =
+      n == 0 ? 0 : MakeTargets(n, FlooredDensity(options_.schedule.DensityAt(state->step), n, state->min_k), 0.0).k;
   StartSparse(CodecId::kRandomK, options_.value_type, n, k, out);
   uint8_t* indices = out->payload.data();
   uint8_t* values = indices + 4 * k;

@@ -56,6 +56,10 @@ class RandomKCodec final : public Codec {
   SparseCodecOptions options_;
 };
 
+// The density that makes MakeTargets select at least min(min_k, n) elements:
+// max(density, min_k / n) (density itself when min_k <= 1).
+double FlooredDensity(double density, size_t n, uint64_t min_k);
+
 // Writes the sparse frame of the elements `sel` selects from x[0, n) (ascending indices).
 void WriteSelected(const float* x, size_t n, const Selection& sel, CodecId id, ValueType type, Encoded* out);
 

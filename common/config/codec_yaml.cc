@@ -23,7 +23,8 @@ void ParseCodec(YamlFields& f, codec::CodecConfig* c) {
   uint64_t min_bytes = c->min_compress_bytes;
   f.Get("min_compress_bytes", &min_bytes, 0, uint64_t{1} << 40);
   c->min_compress_bytes = min_bytes;
-  f.Get("granularity", &c->granularity, {"tensor", "bucket"});
+  f.Get("granularity", &c->granularity, {"tensor", "bucket", "layer"});
+  f.Get("layer_min_k", &c->layer_min_k, 1, uint64_t{1} << 32);
   uint64_t bucket = c->bucket_bytes;
   f.Get("bucket_bytes", &bucket, 0, uint64_t{1} << 40);
   c->bucket_bytes = bucket;
