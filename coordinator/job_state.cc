@@ -248,6 +248,7 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->clock = hb.clock();
   node->loss = hb.loss();
   node->samples = hb.samples();
+  node->compression_warning = hb.compression_warning();
   ++node->heartbeats;
   if (shutting_down_) node->told = true;
   Reply(out, from, Snapshot());
@@ -498,6 +499,7 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_heartbeats(n.heartbeats);
       ns->set_endpoint(n.endpoint);
       ns->set_metrics_endpoint(n.metrics_endpoint);
+      ns->set_compression_warning(n.compression_warning);
     }
   }
   s.set_shutting_down(shutting_down_);

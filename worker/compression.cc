@@ -146,12 +146,14 @@ Status DenseCompressor::EncodeLocked(uint32_t table, int server, const Ranges& r
     // chunks this message no longer covers is meaningless, so the stream starts over (its step
     // count goes on: it places the message in the run's density trajectory).
     StartStream(table, server, ranges, n, &st);
+    diagnostics_.StartStream({table, server}, ranges, n);
   }
   auto start = std::chrono::steady_clock::now();
   codec::EncodedMeta meta;
   OSPREY_RETURN_IF_ERROR(EncodeUnits(&st, grad, n, &meta, values));
   stats_.encode_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  OSPREY_RETURN_IF_ERROR(diagnostics_.Observe({table, server}, grad, n, codec::EncodedView{meta, values->data(), values->size()}));
   header->set_codec(static_cast<proto::Codec>(meta.codec));
   header->set_codec_value_type(static_cast<uint32_t>(meta.value_type));
   header->set_codec_count(meta.count);
@@ -258,7 +260,13 @@ CompressionStats DenseCompressor::stats() const {
     if (step != last_step_) out.density_trajectory.push_back({step, density(count)});
   }
   if (last_.length > 0) out.density_trajectory.push_back({last_step_, density(last_)});
+  out.diagnostics = diagnostics_.Summary();
   return out;
+}
+
+std::string DenseCompressor::warning() const {
+  MutexLock lock(&mu_);
+  return CompressionWarning(diagnostics_.Summary());
 }
 
 }  // namespace osprey::worker

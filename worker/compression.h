@@ -37,6 +37,7 @@
 #include "common/thread_annotations.h"
 #include "worker/client/client.h"
 #include "worker/client/push_encoder.h"
+#include "worker/compression_diagnostics.h"
 
 namespace osprey::worker {
 
@@ -60,6 +61,10 @@ struct CompressionStats {
   double encode_seconds = 0;         // wall time inside Codec::Encode (select + EF + pack)
   double last_density = 1.0;         // count / length of the latest compressed message
   std::vector<DensityPoint> density_trajectory;  // see kMaxTrajectoryPoints; empty if none
+  // Per-layer norms, cosine and starved layers of the compressed messages (by the model's
+  // tensors when the compressor has a layout, else one "dense" tensor); see
+  // compression_diagnostics.h. steps 0: no compressed message yet.
+  DiagnosticsSummary diagnostics;
 };
 
 class DenseCompressor;
@@ -102,13 +107,15 @@ class DenseCompressor final : public PushEncoder {
                 Buffer* values) EXCLUDES(mu_);
 
   CompressionStats stats() const EXCLUDES(mu_);
+  // CompressionWarning of the current diagnostics ("" when healthy); cheap enough for heartbeats.
+  std::string warning() const EXCLUDES(mu_);
 
  private:
   using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;  // (first table float, floats)
 
   DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec, uint64_t seed,
                   codec::TensorLayout layout)
-      : config_(config), codec_(std::move(codec)), seed_(seed), layout_(std::move(layout)) {}
+      : config_(config), codec_(std::move(codec)), seed_(seed), layout_(layout), diagnostics_(std::move(layout)) {}
 
   struct Unit {
     codec::CodecState state;
@@ -153,6 +160,7 @@ class DenseCompressor final : public PushEncoder {
   uint64_t last_step_ GUARDED_BY(mu_) = 0;
   StepCount last_ GUARDED_BY(mu_);                         // of last_step_
   std::vector<float> gather_ GUARDED_BY(mu_);              // non-contiguous messages, gathered
+  CompressionDiagnostics diagnostics_ GUARDED_BY(mu_);
 };
 
 }  // namespace osprey::worker

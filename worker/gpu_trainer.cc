@@ -314,6 +314,7 @@ Progress GpuTrainer::progress() const {
   p.step = step_.load();
   p.samples = samples_.load();
   p.loss = loss_.load();
+  p.compression_warning = CompressionWarning(exchange_.compression_stats().diagnostics);
   return p;
 }
 

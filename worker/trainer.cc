@@ -133,6 +133,20 @@ void FillStepReport(const CompressionStats& comp, const StepTimes& t, proto::Wor
   report->set_encode_seconds(comp.encode_seconds);
   report->set_compressed_messages(comp.compressed_messages);
   report->set_last_density(comp.last_density);
+  const DiagnosticsSummary& d = comp.diagnostics;
+  for (const LayerDiagnostics& l : d.layers) {
+    proto::LayerCompressionDiagnostics* out = report->add_compression_layers();
+    out->set_name(l.name);
+    out->set_raw_norm(l.raw_norm);
+    out->set_sent_norm(l.sent_norm);
+    out->set_cosine(l.cosine);
+    out->set_no_update_share(l.no_update_share);
+  }
+  if (d.steps > 0) {
+    report->set_compression_cosine(d.cosine);
+    report->set_compression_no_update_share(d.no_update_share);
+    report->set_compression_warning(CompressionWarning(d));
+  }
   for (const DensityPoint& p : comp.density_trajectory) {
     proto::DensityPoint* out = report->add_density_trajectory();
     out->set_step(p.step);
@@ -269,6 +283,7 @@ Progress Trainer::progress() const {
   p.step = step_.load();
   p.samples = samples_.load();
   p.loss = loss_.load();
+  if (compressor_ != nullptr) p.compression_warning = compressor_->warning();
   return p;
 }
 

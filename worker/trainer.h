@@ -47,6 +47,7 @@ struct Progress {
   int64_t step = 0;
   uint64_t samples = 0;
   double loss = 0;  // moving average of the batch loss
+  std::string compression_warning;  // CompressionWarning of the dense pushes; "" when healthy
 };
 
 struct EvalResult {

@@ -78,6 +78,7 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_clock(p.step);
     h.set_loss(p.loss);
     h.set_samples(p.samples);
+    h.set_compression_warning(p.compression_warning);
     return h;
   };
   hb.on_state = [client, aborted](const proto::ClusterState& st) {
