@@ -314,7 +314,9 @@ std::string CompressionJson(const JobReport& r) {
               ", \"cosine\": " + JsonNumber(l.cosine()) + ", \"no_update_share\": " + JsonNumber(l.no_update_share()) +
               "}";
   }
-  return ", \"compression_cosine\": " + JsonNumber(r.compression_cosine) +
+  return ", \"dense_push_bytes_raw\": " + std::to_string(r.dense_bytes_raw) +
+         ", \"dense_push_bytes_encoded\": " + std::to_string(r.dense_bytes_encoded) +
+         ", \"compression_cosine\": " + JsonNumber(r.compression_cosine) +
          ", \"compression_no_update_share\": " + JsonNumber(r.compression_no_update_share) +
          ", \"compression_warning\": \"" + r.compression_warning + "\", \"compression_layers\": [" + layers + "]";
 }

@@ -141,7 +141,7 @@ void DenseCompressor::StartStream(uint32_t table, int server, const Ranges& rang
 Status DenseCompressor::EncodeLocked(uint32_t table, int server, const Ranges& ranges, const float* grad, size_t n,
                                      proto::Header* header, Buffer* values) {
   Stream& st = streams_[{table, server}];
-  if (st.length != n || (config_.granularity == "layer" && st.ranges != ranges)) {
+  if (st.length != n || st.ranges != ranges) {
     // First use, or the server's share of the table changed (a new shard map): a residual of
     // chunks this message no longer covers is meaningless, so the stream starts over (its step
     // count goes on: it places the message in the run's density trajectory).

@@ -48,6 +48,10 @@ GpuTrainer::~GpuTrainer() {
 }
 
 Status GpuTrainer::Init() {
+  if (job_.train.accumulate_steps > 1) {
+    return InvalidArgument("train.accumulate_steps = " + std::to_string(job_.train.accumulate_steps) +
+                           ": gradient accumulation runs on CPU workers only (worker.device: cpu)");
+  }
   OSPREY_RETURN_IF_ERROR(InitModel());
   OSPREY_RETURN_IF_ERROR(InitDevice());
   OSPREY_ASSIGN_OR_RETURN(host_group_, NcclHostGroup::Join(job_, rank_, host_, exchange_.num_servers(), device_name_));

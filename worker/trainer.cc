@@ -169,6 +169,7 @@ void Trainer::FillReport(proto::WorkerReport* report) const {
 }
 
 Status Trainer::Step(data::Batch* batch) {
+  if (job_.train.accumulate_steps > 1) return AccumulatedStep(batch);
   // The CPU loop has no prefetch thread: read, dedupe and the wait for pulls are all on the
   // step's critical path, so they count both as prefetch-side times and as wait_input.
   auto t0 = Clock::now();

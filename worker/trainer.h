@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "job/job_config.h"
@@ -121,6 +122,8 @@ class Trainer final : public TrainLoop {
 
  private:
   Status Step(data::Batch* batch);
+  // Step with train.accumulate_steps > 1 (trainer_accumulate.cc).
+  Status AccumulatedStep(data::Batch* batch);
   Status WaitPushes();
 
   const config::JobConfig& job_;
@@ -142,6 +145,11 @@ class Trainer final : public TrainLoop {
   std::vector<float> row_grad_;
   std::vector<float> probs_;
   std::vector<Ticket> push_tickets_;
+  // Gradient accumulation: the summed dense gradient and the merged rows (keys in first-use order).
+  std::vector<float> acc_dense_;
+  std::vector<uint64_t> acc_keys_;
+  std::vector<float> acc_rows_;
+  std::unordered_map<uint64_t, size_t> acc_slot_;
 
   uint64_t rows_pulled_ = 0;
   std::atomic<int64_t> step_{0};

@@ -40,11 +40,14 @@ struct CodecState {
   std::vector<float> residual;
   // DGC momentum u (momentum correction). Empty unless dgc_momentum > 0.
   std::vector<float> momentum;
+  // Fisher estimate F of select "importance". Empty otherwise.
+  std::vector<float> fisher;
 
   // Scratch reused across calls so steady-state encoding does not allocate. Not state: the
   // contents are meaningless between calls. `clipped` belongs to the clip decorator, the others
   // to top-k selection.
   std::vector<float> clipped;
+  std::vector<float> scores;  // select "importance": the ranking keys
   std::vector<uint32_t> scratch_keys;
   SampleScratch sample_scratch;
 };

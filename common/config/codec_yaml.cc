@@ -10,6 +10,7 @@ void ParseCodec(YamlFields& f, codec::CodecConfig* c) {
   f.Get("type", &c->type, {"none", "fp16", "bf16", "topk", "randomk", "onebit"});
   f.Get("density", &c->density, 0, 1, /*lo_open=*/true);
   f.Get("topk_method", &c->topk_method, {"exact", "sample", "histogram"});
+  f.Get("select", &c->select, {"magnitude", "importance"});
   f.Get("sample_rate", &c->sample_rate, 0, 1, /*lo_open=*/true);
   f.Get("count_tolerance", &c->count_tolerance, 0, 1);
   f.Get("value_type", &c->value_type, {"fp32", "fp16", "bf16"});

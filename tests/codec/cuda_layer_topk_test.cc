@@ -5,6 +5,7 @@
 // residuals and momenta, over several steps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -121,6 +122,52 @@ TEST(CudaLayerTopKTest, MatchesTheCpuLayerwiseCodec) {
   RunCase({Ef::kMomentum, codec::ValueType::kFp32, 0.01, 1});
   RunCase({Ef::kResidual, codec::ValueType::kFp16, 0.001, 8});
   RunCase({Ef::kResidual, codec::ValueType::kBf16, 0.2, 1});
+}
+
+// The diagnostics' per-layer statistics on the device against codec::ComputeLayerStepStats, on the
+// frame LayerTopK just produced (sampled layers included: max_samples 4096 < 70000).
+TEST(CudaLayerTopKTest, LayerStepStatsMatchTheCpuReference) {
+  OSPREY_REQUIRE_GPU();
+  std::vector<uint32_t> begin = {0};
+  for (uint32_t s : kSizes) begin.push_back(begin.back() + s);
+  const size_t n = begin.back();
+  const std::vector<uint32_t> ks = LayerKs(kSizes, 0.01, 1);
+  std::vector<uint32_t> outs = {0};
+  for (uint32_t k : ks) outs.push_back(outs.back() + k);
+  const uint64_t total = outs.back();
+  std::mt19937 rng(5);
+  const std::vector<float> g = Gradient(&rng, begin);
+  DeviceBuffer dg = testing::Upload(g), dbegin = testing::Upload(begin), dk = testing::Upload(ks),
+               dout = testing::Upload(outs);
+  auto payload = DeviceBuffer::Allocate(total * 8);
+  auto stats = DeviceBuffer::Allocate(kSizes.size() * sizeof(codec::LayerStepStats));
+  ASSERT_TRUE(payload.ok() && stats.ok());
+  EfTensor t;
+  t.grad = dg.as<float>();
+  t.n = n;
+  const LayerTopKArgs layers{dbegin.as<uint32_t>(), dk.as<uint32_t>(), dout.as<uint32_t>(),
+                             static_cast<uint32_t>(kSizes.size()), total};
+  ASSERT_TRUE(LayerTopK(t, layers, SparseOutput{payload->data(), total, codec::ValueType::kFp32}, nullptr).ok());
+  const uint32_t* d_idx = payload->as<uint32_t>();
+  ASSERT_TRUE(LayerStepStats(dg.as<float>(), dbegin.as<uint32_t>(), static_cast<uint32_t>(kSizes.size()), d_idx,
+                             d_idx + total, codec::ValueType::kFp32, total, 4096,
+                             stats->as<codec::LayerStepStats>(), nullptr)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint32_t> idx = testing::Download<uint32_t>(d_idx, total);
+  const std::vector<float> val = testing::Download<float>(d_idx + total, total);
+  const std::vector<codec::LayerStepStats> want =
+      codec::ComputeLayerStepStats(g.data(), begin, idx.data(), val.data(), total, 4096);
+  const std::vector<codec::LayerStepStats> got =
+      testing::Download<codec::LayerStepStats>(stats->data(), kSizes.size());
+  for (size_t l = 0; l < kSizes.size(); ++l) {
+    EXPECT_NEAR(got[l].raw_sq, want[l].raw_sq, 1e-9 * want[l].raw_sq) << l;
+    EXPECT_NEAR(got[l].sent_sq, want[l].sent_sq, 1e-9 * want[l].sent_sq) << l;
+    EXPECT_NEAR(got[l].dot, want[l].dot, 1e-9 * std::abs(want[l].dot)) << l;
+    EXPECT_EQ(got[l].sent, want[l].sent) << l;
+    EXPECT_NEAR(codec::StepCosine(got[l]), codec::StepCosine(want[l]), 1e-9) << l;
+  }
+  EXPECT_GT(codec::StepCosine(want[5]), 0.05) << "the small layer gets its own top 1%";
 }
 
 TEST(CudaLayerTopKTest, LayerKsMatchTheCpuFloor) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/codec/layer_stats.h"
 #include "common/codec/tensor_layout.h"
 #include "worker/compression.h"
 
@@ -45,6 +46,27 @@ TEST(TensorLayoutTest, SegmentsFollowTensorsAcrossChunks) {
   EXPECT_EQ(s[0].size, 2u);
   EXPECT_EQ(s[1].size, 5u);
   EXPECT_EQ(s[2].size, 1u);
+}
+
+TEST(LayerStepStatsTest, NormsDotAndCountPerLayer) {
+  std::vector<float> g(10);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i + 1);
+  const std::vector<uint32_t> begin = {0, 4, 10};
+  const uint32_t idx[] = {1, 5, 7};
+  const float val[] = {2.0f, -1.0f, 0.0f};
+  std::vector<codec::LayerStepStats> s = codec::ComputeLayerStepStats(g.data(), begin, idx, val, 3, 4096);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].raw_sq, 1 + 4 + 9 + 16);
+  EXPECT_EQ(s[0].sent_sq, 4);
+  EXPECT_EQ(s[0].dot, 2 * 2);
+  EXPECT_EQ(s[0].sent, 1u);
+  EXPECT_EQ(s[1].raw_sq, 25 + 36 + 49 + 64 + 81 + 100);
+  EXPECT_EQ(s[1].dot, -6);
+  EXPECT_EQ(s[1].sent, 1u) << "a zero value is no update";
+  EXPECT_NEAR(codec::StepCosine(s[0]), 4 / std::sqrt(30.0 * 4), 1e-12);
+  // Sampled: layer 0 at stride 2 (positions 0, 2), scaled by 4 / 2.
+  s = codec::ComputeLayerStepStats(g.data(), begin, idx, val, 3, 2);
+  EXPECT_EQ(s[0].raw_sq, (1 + 9) * 2);
 }
 
 constexpr size_t kBig = 20000;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/codec/layer_stats.h"
 #include "common/status.h"
 #include "worker/cuda/codec_kernels.h"
 
@@ -39,5 +40,14 @@ std::vector<uint32_t> LayerKs(const std::vector<uint32_t>& sizes, double density
 // what was sent, u = 0 where sent. Ties at a layer's k-th magnitude go to its lowest indices.
 // Errors: InvalidArgument for null pointers, n >= 2^32, out.capacity < total_k.
 Status LayerTopK(const EfTensor& t, const LayerTopKArgs& layers, const SparseOutput& out, void* stream);
+
+// The compression diagnostics of one step on the device: per layer (d_begin as above) the
+// sampled ||g||^2, and over the sent pairs (indices ascending and global, values of `type`)
+// ||sent||^2, <g, sent> and the nonzero count, into d_out[num_layers] (device). One block per
+// layer. Reference: codec::ComputeLayerStepStats (equal up to the order of double additions).
+// Errors: InvalidArgument for null pointers.
+Status LayerStepStats(const float* d_g, const uint32_t* d_begin, uint32_t num_layers, const uint32_t* d_indices,
+                      const void* d_values, codec::ValueType type, uint64_t count, uint32_t max_samples,
+                      codec::LayerStepStats* d_out, void* stream);
 
 }  // namespace osprey::cuda
