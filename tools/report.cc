@@ -389,8 +389,8 @@ std::string ReportJson(const JobReport& r) {
          ", \"cache_evictions\": " + std::to_string(r.cache_evictions) +
          ", \"rows_pulled\": " + std::to_string(r.rows_pulled) +
          ", \"cache_hit_rate\": " + JsonNumber(r.cache_hit_rate) +
-         ", \"bytes_per_sample\": " + JsonNumber(r.bytes_per_sample) + ServersJson(r) +
-         ", \"device\": \"" + r.device + "\"" + CompressionJson(r) + CurveJson(r.curve) + "}\n";
+         ", \"bytes_per_sample\": " + JsonNumber(r.bytes_per_sample) + CompressionJson(r) + ServersJson(r) +
+         ", \"device\": \"" + r.device + "\"" + CurveJson(r.curve) + "}\n";
 }
 
 }  // namespace osprey::tools
