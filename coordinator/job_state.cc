@@ -278,6 +278,7 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->clock = hb.clock();
   node->loss = hb.loss();
   node->samples = hb.samples();
+  node->compression_warning = hb.compression_warning();
   ++node->heartbeats;
   if (shutting_down_) node->told = true;
   Reply(out, from, Snapshot());
@@ -537,6 +538,7 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_rejoins(n.rejoins);
       ns->set_incarnation(n.incarnation);
       ns->set_replacements(n.replacements);
+      ns->set_compression_warning(n.compression_warning);
     }
   }
   s.set_shutting_down(shutting_down_);

@@ -144,6 +144,7 @@ class JobState {
     double loss = 0;
     uint64_t samples = 0;
     uint64_t heartbeats = 0;  // received; lets tests wait for a node's next reports
+    std::string compression_warning;  // workers: from the latest heartbeat
     bool reported = false;  // workers: WorkerReport; servers: ServerReport
     bool sends_report = false;  // servers: promised a ServerReport at registration
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)

@@ -49,6 +49,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("steps", &job->train.steps, 1, int64_t{1} << 40);
     s.Get("eval_samples", &job->train.eval_samples, 0, int64_t{1} << 32);
     s.Get("log_every_steps", &job->train.log_every_steps, 1, kMaxInt);
+    s.Get("accumulate_steps", &job->train.accumulate_steps, 1, 4096);
   });
   f.Section("client", [&](YamlFields& s) {
     s.Get("timeout_ms", &job->client.timeout_ms, 1, 86400000);

@@ -44,6 +44,12 @@ struct TrainConfig {
   int64_t steps = 500;          // per worker
   int64_t eval_samples = 20000;  // held-out samples evaluated by worker 0 at the end
   int log_every_steps = 10;
+  // Gradient accumulation (CPU workers): each step computes this many micro-batches of
+  // batch_size on the parameters pulled once for the step, sums their gradients (dense: in
+  // micro-batch order; rows: per key) and pushes once. One step is one clock tick in every
+  // consistency mode (bsp closes a clock per push, ssp bounds staleness in pushes, async applies
+  // each push); `steps` counts pushes, samples count micro-batches x batch_size.
+  int accumulate_steps = 1;
 };
 
 struct ClientSection {

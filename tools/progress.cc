@@ -116,6 +116,11 @@ std::string ProgressMeter::Line() const {
     line += "  " + std::to_string(last_.reports_size()) + "/" +
             std::to_string(last_.num_workers()) + " reported";
   }
+  for (const proto::NodeState& n : last_.nodes()) {  // the first worker whose compression is unhealthy
+    if (n.role() != proto::ROLE_WORKER || n.compression_warning().empty()) continue;
+    line += "  WARNING worker " + std::to_string(n.rank()) + ": " + n.compression_warning();
+    break;
+  }
   return line;
 }
 

@@ -91,6 +91,26 @@ std::string TrajectoryText(const std::vector<std::pair<uint64_t, double>>& point
   return ", density by step {" + out + "}";
 }
 
+// Worker 0's compression diagnostics: the cosine, the starved share, the layer with the lowest
+// norm ratio, and the warning when there is one.
+std::string CompressionDiagnosticsText(const JobReport& r) {
+  const proto::LayerCompressionDiagnostics* worst = nullptr;
+  double worst_ratio = 0;
+  for (const proto::LayerCompressionDiagnostics& l : r.compression_layers) {
+    const double ratio = l.raw_norm() > 0 ? l.sent_norm() / l.raw_norm() : 1.0;
+    if (worst == nullptr || ratio < worst_ratio) worst = &l, worst_ratio = ratio;
+  }
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "  compression diag  cosine %.3f (healthy > 0.85), %.1f%% layer-steps without update, "
+                "lowest norm ratio %.3f (%s, of %zu layers)\n",
+                r.compression_cosine, 100 * r.compression_no_update_share, worst_ratio, worst->name().c_str(),
+                r.compression_layers.size());
+  std::string out = buf;
+  if (!r.compression_warning.empty()) out += "  WARNING           " + r.compression_warning + "\n";
+  return out;
+}
+
 std::string ServersText(const JobReport& r) {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
@@ -191,6 +211,12 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
       for (const proto::DensityPoint& p : w.density_trajectory()) {
         r.density_trajectory.emplace_back(p.step(), p.density());
       }
+      if (w.compression_layers_size() > 0) {
+        r.compression_cosine = w.compression_cosine();
+        r.compression_no_update_share = w.compression_no_update_share();
+        r.compression_warning = w.compression_warning();
+        r.compression_layers.assign(w.compression_layers().begin(), w.compression_layers().end());
+      }
     }
   }
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
@@ -269,6 +295,7 @@ std::string FormatReport(const JobReport& r) {
                   r.last_density < 1 ? Fixed(r.last_density, 4).c_str() : "");
     out += buf + TrajectoryText(r.density_trajectory) + "\n";
   }
+  if (!r.compression_layers.empty()) out += CompressionDiagnosticsText(r);
   if (r.num_server_reports > 0) out += ServersText(r);
   if (r.coordinator_refused + r.coordinator_bad_requests > 0) {
     std::snprintf(buf, sizeof(buf),
@@ -282,6 +309,22 @@ std::string FormatReport(const JobReport& r) {
 }
 
 namespace {
+
+// ", \"compression_cosine\": ..., \"compression_layers\": [...]" (see ReportJson).
+std::string CompressionJson(const JobReport& r) {
+  std::string layers;
+  for (const proto::LayerCompressionDiagnostics& l : r.compression_layers) {
+    layers += std::string(layers.empty() ? "" : ", ") + "{\"name\": \"" + l.name() +
+              "\", \"raw_norm\": " + JsonNumber(l.raw_norm()) + ", \"sent_norm\": " + JsonNumber(l.sent_norm()) +
+              ", \"cosine\": " + JsonNumber(l.cosine()) + ", \"no_update_share\": " + JsonNumber(l.no_update_share()) +
+              "}";
+  }
+  return ", \"dense_push_bytes_raw\": " + std::to_string(r.dense_bytes_raw) +
+         ", \"dense_push_bytes_encoded\": " + std::to_string(r.dense_bytes_encoded) +
+         ", \"compression_cosine\": " + JsonNumber(r.compression_cosine) +
+         ", \"compression_no_update_share\": " + JsonNumber(r.compression_no_update_share) +
+         ", \"compression_warning\": \"" + r.compression_warning + "\", \"compression_layers\": [" + layers + "]";
+}
 
 // The server keys and density_trajectory of ReportJson, each preceded by ", ".
 std::string ServersJson(const JobReport& r) {
@@ -356,7 +399,7 @@ std::string ReportJson(const JobReport& r) {
          ", \"cache_evictions\": " + std::to_string(r.cache_evictions) +
          ", \"rows_pulled\": " + std::to_string(r.rows_pulled) +
          ", \"cache_hit_rate\": " + JsonNumber(r.cache_hit_rate) +
-         ", \"bytes_per_sample\": " + JsonNumber(r.bytes_per_sample) + ServersJson(r) +
+         ", \"bytes_per_sample\": " + JsonNumber(r.bytes_per_sample) + CompressionJson(r) + ServersJson(r) +
          ", \"device\": \"" + r.device + "\"" + CurveJson(r.curve) + "}\n";
 }
 

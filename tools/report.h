@@ -49,6 +49,12 @@ struct JobReport {
   // Worker 0's density over the run: (encode step, density), at most 8 points (proto
   // WorkerReport.density_trajectory); empty when it compressed nothing.
   std::vector<std::pair<uint64_t, double>> density_trajectory;
+  // Worker 0's compression diagnostics (proto WorkerReport.compression_*): NaN / empty when it
+  // compressed nothing.
+  double compression_cosine = kMissing;
+  double compression_no_update_share = kMissing;
+  std::string compression_warning;
+  std::vector<proto::LayerCompressionDiagnostics> compression_layers;
   // Step-time breakdown, seconds averaged over workers (see proto WorkerReport).
   double time_wait_input = 0;
   double time_compute = 0;

@@ -28,7 +28,7 @@ StatusOr<proto::Codec> RowCodec(const std::string& type, const char* field) {
 }  // namespace
 
 StatusOr<DenseCompressor*> SetTableCodecs(const config::TableConfig& config, uint32_t table, uint64_t seed,
-                                          Client* client) {
+                                          Client* client, const codec::TensorLayout& layout) {
   if (table >= static_cast<uint32_t>(client->shard_map().tables_size())) {
     return InvalidArgument("table id " + std::to_string(table) + " does not exist");
   }
@@ -41,22 +41,34 @@ StatusOr<DenseCompressor*> SetTableCodecs(const config::TableConfig& config, uin
     return nullptr;
   }
   if (config.codec.type == "none") return nullptr;
-  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<DenseCompressor> comp, DenseCompressor::Create(config.codec, seed));
+  if (!layout.empty()) {
+    const uint64_t floats = client->shard_map().tables(table).size();
+    if (Status s = codec::ValidateTensorLayout(layout, floats); !s.ok()) {
+      return InvalidArgument("table '" + client->shard_map().tables(table).name() + "': " + s.message());
+    }
+  }
+  OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<DenseCompressor> comp, DenseCompressor::Create(config.codec, seed, layout));
   DenseCompressor* borrowed = comp.get();
   OSPREY_RETURN_IF_ERROR(client->SetEncoder(table, std::move(comp)));
   return borrowed;
 }
 
-StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::CodecConfig& config,
-                                                                   uint64_t seed) {
+StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::CodecConfig& config, uint64_t seed,
+                                                                   codec::TensorLayout layout) {
   OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<codec::Codec> codec, codec::MakeCodec(config));
+  if (config.granularity == "layer" && layout.empty()) {
+    return InvalidArgument("codec.granularity = layer needs the model's tensor list (none was given)");
+  }
+  if (config.granularity == "layer" && config.type == "onebit") {
+    return InvalidArgument("codec.granularity = layer: onebit chunks cannot follow tensor boundaries (use bucket)");
+  }
   if (config.type == "onebit" && config.granularity == "bucket" &&
       (config.bucket_bytes / sizeof(float)) % config.onebit_chunk != 0) {
     return InvalidArgument("codec.bucket_bytes = " + std::to_string(config.bucket_bytes) +
                            ": onebit buckets must hold a multiple of onebit_chunk (" +
                            std::to_string(config.onebit_chunk) + ") floats");
   }
-  return std::unique_ptr<DenseCompressor>(new DenseCompressor(config, std::move(codec), seed));
+  return std::unique_ptr<DenseCompressor>(new DenseCompressor(config, std::move(codec), seed, std::move(layout)));
 }
 
 Status DenseCompressor::CheckTable(const proto::TableSpec& table) const {
@@ -75,10 +87,16 @@ Status DenseCompressor::Encode(const PushValues& in, proto::Header* header, Buff
     stats_.bytes_encoded += values->size();
     return Status::OK();
   }
-  if (in.contiguous()) return EncodeLocked(in.table, in.server, in.base, n, header, values);
+  Ranges ranges;
+  if (in.ranges != nullptr) {
+    ranges.assign(in.ranges, in.ranges + in.num_ranges);
+  } else {
+    ranges.emplace_back(in.first, n);
+  }
+  if (in.contiguous()) return EncodeLocked(in.table, in.server, ranges, in.base, n, header, values);
   gather_.resize(n);
   in.CopyTo(gather_.data());
-  return EncodeLocked(in.table, in.server, gather_.data(), n, header, values);
+  return EncodeLocked(in.table, in.server, ranges, gather_.data(), n, header, values);
 }
 
 Status DenseCompressor::Encode(uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
@@ -91,30 +109,51 @@ Status DenseCompressor::Encode(uint32_t table, int server, const float* grad, si
   return Encode(in, header, values);
 }
 
-Status DenseCompressor::EncodeLocked(uint32_t table, int server, const float* grad, size_t n,
+void DenseCompressor::StartStream(uint32_t table, int server, const Ranges& ranges, size_t n, Stream* st) const {
+  const uint64_t step = st->step;
+  *st = Stream{};
+  st->step = step;
+  st->length = n;
+  st->ranges = ranges;
+  if (config_.granularity == "layer") {
+    for (const codec::LayerSegment& seg : codec::LayerSegments(layout_, ranges)) {
+      Unit u;
+      u.begin = seg.begin;
+      u.size = seg.size;
+      u.state.min_k = config_.layer_min_k;
+      st->units.push_back(std::move(u));
+    }
+  } else {
+    const size_t unit = UnitFloats(config_, n);
+    st->units.resize((n + unit - 1) / unit);
+    for (size_t u = 0; u < st->units.size(); ++u) {
+      st->units[u].begin = u * unit;
+      st->units[u].size = std::min(unit, n - u * unit);
+    }
+  }
+  for (size_t u = 0; u < st->units.size(); ++u) {
+    // Distinct, reproducible random streams per worker, table, server and unit.
+    st->units[u].state.tensor_seed = (seed_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t{table} << 40) ^
+                                     (static_cast<uint64_t>(server) << 24) ^ u;
+  }
+}
+
+Status DenseCompressor::EncodeLocked(uint32_t table, int server, const Ranges& ranges, const float* grad, size_t n,
                                      proto::Header* header, Buffer* values) {
   Stream& st = streams_[{table, server}];
-  if (st.length != n) {
+  if (st.length != n || st.ranges != ranges) {
     // First use, or the server's share of the table changed (a new shard map): a residual of
     // chunks this message no longer covers is meaningless, so the stream starts over (its step
     // count goes on: it places the message in the run's density trajectory).
-    const uint64_t step = st.step;
-    st = Stream{};
-    st.step = step;
-    st.length = n;
-    size_t unit = UnitFloats(config_, n);
-    st.units.resize((n + unit - 1) / unit);
-    for (size_t u = 0; u < st.units.size(); ++u) {
-      // Distinct, reproducible random streams per worker, table, server and unit.
-      st.units[u].state.tensor_seed = (seed_ * 0x9E3779B97F4A7C15ull) ^ (uint64_t{table} << 40) ^
-                                      (static_cast<uint64_t>(server) << 24) ^ u;
-    }
+    StartStream(table, server, ranges, n, &st);
+    diagnostics_.StartStream({table, server}, ranges, n);
   }
   auto start = std::chrono::steady_clock::now();
   codec::EncodedMeta meta;
   OSPREY_RETURN_IF_ERROR(EncodeUnits(&st, grad, n, &meta, values));
   stats_.encode_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  OSPREY_RETURN_IF_ERROR(diagnostics_.Observe({table, server}, grad, n, codec::EncodedView{meta, values->data(), values->size()}));
   header->set_codec(static_cast<proto::Codec>(meta.codec));
   header->set_codec_value_type(static_cast<uint32_t>(meta.value_type));
   header->set_codec_count(meta.count);
@@ -154,10 +193,8 @@ void DenseCompressor::RecordDensity(uint64_t step, uint64_t selected, uint64_t l
 
 Status DenseCompressor::EncodeUnits(Stream* st, const float* grad, size_t n, codec::EncodedMeta* meta,
                                     Buffer* values) {
-  const size_t unit = UnitFloats(config_, n);
-  for (size_t u = 0; u < st->units.size(); ++u) {
-    size_t off = u * unit, len = std::min(unit, n - off);
-    OSPREY_RETURN_IF_ERROR(codec_->Encode(grad + off, len, &st->units[u].state, &st->units[u].encoded));
+  for (Unit& u : st->units) {
+    OSPREY_RETURN_IF_ERROR(codec_->Encode(grad + u.begin, u.size, &u.state, &u.encoded));
   }
   if (st->units.size() == 1) {
     // Hand the payload vector to the Buffer (no copy); the next Encode allocates a new one,
@@ -189,7 +226,7 @@ Status DenseCompressor::EncodeUnits(Stream* st, const float* grad, size_t n, cod
     const codec::Encoded& e = st->units[u].encoded;
     const uint8_t* p = e.payload.data();
     if (sparse) {
-      const uint32_t off = static_cast<uint32_t>(u * unit);
+      const uint32_t off = static_cast<uint32_t>(st->units[u].begin);
       for (size_t i = 0; i < e.meta.count; ++i, head += 4) {
         uint32_t idx;
         std::memcpy(&idx, p + 4 * i, 4);
@@ -223,7 +260,13 @@ CompressionStats DenseCompressor::stats() const {
     if (step != last_step_) out.density_trajectory.push_back({step, density(count)});
   }
   if (last_.length > 0) out.density_trajectory.push_back({last_step_, density(last_)});
+  out.diagnostics = diagnostics_.Summary();
   return out;
+}
+
+std::string DenseCompressor::warning() const {
+  MutexLock lock(&mu_);
+  return CompressionWarning(diagnostics_.Summary());
 }
 
 }  // namespace osprey::worker

@@ -7,9 +7,11 @@
 // the config's min_compress_bytes go out as plain fp32 (codec none): compressing them would save
 // fewer bytes than the frame overhead. Granularity "tensor": the message is the tensor (one k for
 // the message). "bucket": the message is cut into units of bucket_bytes, each with its own state
-// and its own k (so a small layer is not starved by a large one), and the units' frames are
-// merged into the message's one values frame (indices shifted by the unit's offset); onebit then
-// needs bucket_bytes / 4 to be a multiple of onebit_chunk so chunk scales line up.
+// and its own k, and the units' frames are merged into the message's one values frame (indices
+// shifted by the unit's offset); onebit then needs bucket_bytes / 4 to be a multiple of
+// onebit_chunk so chunk scales line up. "layer": the units are the model's tensors
+// (codec::TensorLayout) as they fall into the message (codec::LayerSegments), each with
+// k_l = max(layer_min_k, density x size_l), so a small layer is not starved by a large one.
 //
 //   OSPREY_ASSIGN_OR_RETURN(DenseCompressor* comp, SetTableCodecs(job.tables[i], table, rank, &client));
 //   ... comp->stats() ...   // comp is owned by the client
@@ -28,12 +30,14 @@
 #include <vector>
 
 #include "common/codec/codec.h"
+#include "common/codec/tensor_layout.h"
 #include "job/job_config.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "worker/client/client.h"
 #include "worker/client/push_encoder.h"
+#include "worker/compression_diagnostics.h"
 
 namespace osprey::worker {
 
@@ -57,6 +61,10 @@ struct CompressionStats {
   double encode_seconds = 0;         // wall time inside Codec::Encode (select + EF + pack)
   double last_density = 1.0;         // count / length of the latest compressed message
   std::vector<DensityPoint> density_trajectory;  // see kMaxTrajectoryPoints; empty if none
+  // Per-layer norms, cosine and starved layers of the compressed messages (by the model's
+  // tensors when the compressor has a layout, else one "dense" tensor); see
+  // compression_diagnostics.h. steps 0: no compressed message yet.
+  DiagnosticsSummary diagnostics;
 };
 
 class DenseCompressor;
@@ -65,19 +73,24 @@ class DenseCompressor;
 //   sparse table: its pushed rows' wire type from tables[].codec and its pulled rows' from
 //                 tables[].pull_codec (each none, fp16 or bf16; the config loader refuses the
 //                 others, and so does this, for configs built in code); returns nullptr.
-//   dense table:  a DenseCompressor built from tables[].codec with `seed` (none: no encoder is
-//                 set), returned so the caller can read its stats(); the client owns it.
-// Errors: InvalidArgument from the codecs or the client (unknown table).
+//   dense table:  a DenseCompressor built from tables[].codec with `seed` and the model's
+//                 `layout` of the table's floats (needed by granularity "layer"; may be empty
+//                 otherwise) (none: no encoder is set), returned so the caller can read its
+//                 stats(); the client owns it.
+// Errors: InvalidArgument from the codecs or the client (unknown table), or a layout that does
+// not cover the table (codec::ValidateTensorLayout).
 StatusOr<DenseCompressor*> SetTableCodecs(const config::TableConfig& config, uint32_t table, uint64_t seed,
-                                          Client* client);
+                                          Client* client, const codec::TensorLayout& layout = {});
 
 class DenseCompressor final : public PushEncoder {
  public:
   // `config` must have passed codec::ValidateCodecConfig (LoadJobConfig does that); `seed` makes
   // this worker's random draws (random-k, sampled thresholds) differ from other workers'.
-  // Errors: InvalidArgument from MakeCodec, or for onebit buckets that split a chunk.
-  static StatusOr<std::unique_ptr<DenseCompressor>> Create(const codec::CodecConfig& config,
-                                                           uint64_t seed);
+  // `layout`: the tensors of the table's floats (table coordinates); granularity "layer" needs it.
+  // Errors: InvalidArgument from MakeCodec, for onebit buckets that split a chunk, or for
+  // granularity "layer" without a layout.
+  static StatusOr<std::unique_ptr<DenseCompressor>> Create(const codec::CodecConfig& config, uint64_t seed,
+                                                           codec::TensorLayout layout = {});
 
   // Refuses sparse tables (their rows are cast, never sparsified: MakeRowCastEncoder).
   Status CheckTable(const proto::TableSpec& table) const override;
@@ -94,16 +107,24 @@ class DenseCompressor final : public PushEncoder {
                 Buffer* values) EXCLUDES(mu_);
 
   CompressionStats stats() const EXCLUDES(mu_);
+  // CompressionWarning of the current diagnostics ("" when healthy); cheap enough for heartbeats.
+  std::string warning() const EXCLUDES(mu_);
 
  private:
-  DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec, uint64_t seed)
-      : config_(config), codec_(std::move(codec)), seed_(seed) {}
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;  // (first table float, floats)
+
+  DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec, uint64_t seed,
+                  codec::TensorLayout layout)
+      : config_(config), codec_(std::move(codec)), seed_(seed), layout_(layout), diagnostics_(std::move(layout)) {}
 
   struct Unit {
     codec::CodecState state;
     codec::Encoded encoded;
+    size_t begin = 0;  // message floats [begin, begin + size)
+    size_t size = 0;
   };
   struct Stream {
+    Ranges ranges;      // where the message lies in the table (a change restarts the stream)
     size_t length = 0;  // floats of the message this stream encodes
     uint64_t step = 0;  // compressed messages encoded so far (the next one's step)
     std::vector<Unit> units;
@@ -114,9 +135,11 @@ class DenseCompressor final : public PushEncoder {
     uint64_t length = 0;
   };
 
-  // Compresses grad[0, n) as the message of (table, server).
-  Status EncodeLocked(uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
-                      Buffer* values) REQUIRES(mu_);
+  // Compresses grad[0, n), the table floats `ranges`, as the message of (table, server).
+  Status EncodeLocked(uint32_t table, int server, const Ranges& ranges, const float* grad, size_t n,
+                      proto::Header* header, Buffer* values) REQUIRES(mu_);
+  // (Re)starts `st` for a message of n floats at `ranges`: its units and their seeds.
+  void StartStream(uint32_t table, int server, const Ranges& ranges, size_t n, Stream* st) const;
   // Adds one compressed message of `step` to the trajectory samples.
   void RecordDensity(uint64_t step, uint64_t selected, uint64_t length) REQUIRES(mu_);
 
@@ -127,6 +150,7 @@ class DenseCompressor final : public PushEncoder {
   const codec::CodecConfig config_;
   const std::unique_ptr<codec::Codec> codec_;
   const uint64_t seed_;
+  const codec::TensorLayout layout_;
 
   mutable Mutex mu_;
   std::map<std::pair<uint32_t, int>, Stream> streams_ GUARDED_BY(mu_);
@@ -136,6 +160,7 @@ class DenseCompressor final : public PushEncoder {
   uint64_t last_step_ GUARDED_BY(mu_) = 0;
   StepCount last_ GUARDED_BY(mu_);                         // of last_step_
   std::vector<float> gather_ GUARDED_BY(mu_);              // non-contiguous messages, gathered
+  CompressionDiagnostics diagnostics_ GUARDED_BY(mu_);
 };
 
 }  // namespace osprey::worker

@@ -48,6 +48,10 @@ GpuTrainer::~GpuTrainer() {
 }
 
 Status GpuTrainer::Init() {
+  if (job_.train.accumulate_steps > 1) {
+    return InvalidArgument("train.accumulate_steps = " + std::to_string(job_.train.accumulate_steps) +
+                           ": gradient accumulation runs on CPU workers only (worker.device: cpu)");
+  }
   OSPREY_RETURN_IF_ERROR(InitModel());
   OSPREY_RETURN_IF_ERROR(InitDevice());
   OSPREY_ASSIGN_OR_RETURN(host_group_, NcclHostGroup::Join(job_, rank_, host_, exchange_.num_servers(), device_name_));
@@ -146,7 +150,7 @@ Status GpuTrainer::InitBuffers() {
 }
 
 Status GpuTrainer::InitData() {
-  OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs());
+  OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs(cpu_model_->dense_tensors()));
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
   if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
   std::vector<float> init(num_params_);
@@ -314,6 +318,7 @@ Progress GpuTrainer::progress() const {
   p.step = step_.load();
   p.samples = samples_.load();
   p.loss = loss_.load();
+  p.compression_warning = CompressionWarning(exchange_.compression_stats().diagnostics);
   return p;
 }
 

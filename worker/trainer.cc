@@ -122,7 +122,8 @@ Status Trainer::Init() {
   model_->InitDense(job_.model.seed, params_.data());
   int dense_index = job_.TableIndex(job_.model.dense_table);
   if (dense_index >= 0) {
-    OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_));
+    OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_,
+                                                        model_->dense_tensors()));
   }
   int sparse_index = job_.TableIndex(job_.model.sparse_table);
   if (sparse_index >= 0) {
@@ -152,6 +153,20 @@ void FillStepReport(const CompressionStats& comp, const StepTimes& t, proto::Wor
   report->set_encode_seconds(comp.encode_seconds);
   report->set_compressed_messages(comp.compressed_messages);
   report->set_last_density(comp.last_density);
+  const DiagnosticsSummary& d = comp.diagnostics;
+  for (const LayerDiagnostics& l : d.layers) {
+    proto::LayerCompressionDiagnostics* out = report->add_compression_layers();
+    out->set_name(l.name);
+    out->set_raw_norm(l.raw_norm);
+    out->set_sent_norm(l.sent_norm);
+    out->set_cosine(l.cosine);
+    out->set_no_update_share(l.no_update_share);
+  }
+  if (d.steps > 0) {
+    report->set_compression_cosine(d.cosine);
+    report->set_compression_no_update_share(d.no_update_share);
+    report->set_compression_warning(CompressionWarning(d));
+  }
   for (const DensityPoint& p : comp.density_trajectory) {
     proto::DensityPoint* out = report->add_density_trajectory();
     out->set_step(p.step);
@@ -174,6 +189,7 @@ void Trainer::FillReport(proto::WorkerReport* report) const {
 }
 
 Status Trainer::Step(data::Batch* batch) {
+  if (job_.train.accumulate_steps > 1) return AccumulatedStep(batch);
   // The CPU loop has no prefetch thread: read, dedupe and the wait for pulls are all on the
   // step's critical path, so they count both as prefetch-side times and as wait_input.
   auto t0 = Clock::now();
@@ -289,6 +305,7 @@ Progress Trainer::progress() const {
   p.step = step_.load();
   p.samples = samples_.load();
   p.loss = loss_.load();
+  if (compressor_ != nullptr) p.compression_warning = compressor_->warning();
   return p;
 }
 

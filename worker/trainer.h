@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "job/job_config.h"
@@ -51,6 +52,7 @@ struct Progress {
   int64_t step = 0;
   uint64_t samples = 0;
   double loss = 0;  // moving average of the batch loss
+  std::string compression_warning;  // CompressionWarning of the dense pushes; "" when healthy
 };
 
 struct EvalResult {
@@ -136,6 +138,8 @@ class Trainer final : public TrainLoop {
 
  private:
   Status Step(data::Batch* batch);
+  // Step with train.accumulate_steps > 1 (trainer_accumulate.cc).
+  Status AccumulatedStep(data::Batch* batch);
   Status WaitPushes();
   // Before step `step` when boundary_ says so: drain, pause, and go on with the client it gives
   // (trainer_scale.cc).
@@ -161,6 +165,11 @@ class Trainer final : public TrainLoop {
   std::vector<float> row_grad_;
   std::vector<float> probs_;
   std::vector<Ticket> push_tickets_;
+  // Gradient accumulation: the summed dense gradient and the merged rows (keys in first-use order).
+  std::vector<float> acc_dense_;
+  std::vector<uint64_t> acc_keys_;
+  std::vector<float> acc_rows_;
+  std::unordered_map<uint64_t, size_t> acc_slot_;
 
   uint64_t rows_pulled_ = 0;
   int64_t first_step_ = 0;  // ResumeAt

@@ -88,6 +88,7 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_clock(std::max(p.step, resume_at));  // a restarted worker never reports less than its rank reached
     h.set_loss(p.loss);
     h.set_samples(p.samples);
+    h.set_compression_warning(p.compression_warning);
     return h;
   };
   hb.on_state = [pause, aborted, over](const proto::ClusterState& st) {

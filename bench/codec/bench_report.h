@@ -60,5 +60,8 @@ void RunCpuBench(const BenchOptions& options, std::vector<BenchRow>* rows);
 
 // The CUDA cases; defined in codec_bench_cuda.cc (only built with CUDA).
 Status RunCudaBench(const BenchOptions& options, std::vector<BenchRow>* rows);
+// Layer-wise EF + top-1% next to whole-vector and bucket-wise over the same floats (Kaggle DLRM
+// MLP list, 200 x 5e5 floats); codec_bench_layers_cuda.cc.
+Status RunCudaLayerBench(const BenchOptions& options, std::vector<BenchRow>* rows);
 
 }  // namespace osprey::bench

@@ -221,6 +221,7 @@ Status RunCudaBench(const BenchOptions& o, std::vector<BenchRow>* rows) {
     status = RunCudaSize(static_cast<size_t>(size), o, base, s, rows);
     if (!status.ok()) break;
   }
+  if (status.ok()) status = RunCudaLayerBench(o, rows);  // codec_bench_layers_cuda.cc
   cudaStreamDestroy(s);
   return status;
 }

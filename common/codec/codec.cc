@@ -27,6 +27,7 @@ std::unique_ptr<Codec> MakeBase(const CodecConfig& c) {
     o.method = TopKMethodFromName(c.topk_method);
     o.sample_rate = c.sample_rate;
     o.count_tolerance = c.count_tolerance;
+    o.importance = c.select == "importance";
     if (c.type == "topk") return std::make_unique<TopKCodec>(std::move(o));
     return std::make_unique<RandomKCodec>(std::move(o));
   }

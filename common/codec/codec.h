@@ -30,6 +30,9 @@ struct CodecState {
   // Set by the caller before the first Encode: makes this tensor's random draws (random-k,
   // sampled threshold) differ from other tensors'.
   uint64_t tensor_seed = 0;
+  // Set by the caller: the fewest elements top-k / random-k select (capped at the tensor's
+  // length), whatever the density says; granularity "layer" sets it to layer_min_k.
+  uint64_t min_k = 1;
   // Completed Encode calls; advanced by the codec MakeCodec returns after each successful Encode;
   // read by density schedules and seeds.
   uint64_t step = 0;
@@ -37,11 +40,14 @@ struct CodecState {
   std::vector<float> residual;
   // DGC momentum u (momentum correction). Empty unless dgc_momentum > 0.
   std::vector<float> momentum;
+  // Fisher estimate F of select "importance". Empty otherwise.
+  std::vector<float> fisher;
 
   // Scratch reused across calls so steady-state encoding does not allocate. Not state: the
   // contents are meaningless between calls. `clipped` belongs to the clip decorator, the others
   // to top-k selection.
   std::vector<float> clipped;
+  std::vector<float> scores;  // select "importance": the ranking keys
   std::vector<uint32_t> scratch_keys;
   SampleScratch sample_scratch;
 };

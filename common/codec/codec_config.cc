@@ -33,6 +33,10 @@ Status ValidateSparse(const CodecConfig& c) {
   if (!OneOf(c.topk_method, {"exact", "sample", "histogram"})) {
     return BadName("topk_method", c.topk_method, "exact|sample|histogram");
   }
+  if (!OneOf(c.select, {"magnitude", "importance"})) return BadName("select", c.select, "magnitude|importance");
+  if (c.select == "importance" && c.topk_method != "exact") {
+    return Bad("select", c.select, "needs topk_method exact, not " + c.topk_method);
+  }
   if (!(c.sample_rate > 0.0 && c.sample_rate <= 1.0)) return Bad("sample_rate", c.sample_rate, "must be in (0, 1]");
   if (!(c.count_tolerance >= 0.0 && c.count_tolerance < 1.0)) {
     return Bad("count_tolerance", c.count_tolerance, "must be in [0, 1)");
@@ -59,6 +63,7 @@ Status ValidateCodecConfig(const CodecConfig& c) {
     return BadName("type", c.type, "none|fp16|bf16|topk|randomk|onebit");
   }
   if (IsSparse(c.type)) OSPREY_RETURN_IF_ERROR(ValidateSparse(c));
+  if (c.select != "magnitude" && c.type != "topk") return Bad("select", c.select, "needs type topk, not " + c.type);
   if (c.type == "onebit" && (c.onebit_chunk == 0 || c.onebit_chunk % 32 != 0)) {
     return Bad("onebit_chunk", c.onebit_chunk, "must be a positive multiple of 32");
   }
@@ -71,7 +76,10 @@ Status ValidateCodecConfig(const CodecConfig& c) {
   }
   if (!(c.clip_norm >= 0.0f && std::isfinite(c.clip_norm))) return Bad("clip_norm", c.clip_norm, "must be >= 0 and finite");
   OSPREY_RETURN_IF_ERROR(ValidateSchedule(c));
-  if (!OneOf(c.granularity, {"tensor", "bucket"})) return BadName("granularity", c.granularity, "tensor|bucket");
+  if (!OneOf(c.granularity, {"tensor", "bucket", "layer"})) {
+    return BadName("granularity", c.granularity, "tensor|bucket|layer");
+  }
+  if (c.layer_min_k == 0) return Bad("layer_min_k", c.layer_min_k, "must be >= 1");
   if (c.granularity == "bucket" && (c.bucket_bytes == 0 || c.bucket_bytes % 4 != 0)) {
     return Bad("bucket_bytes", c.bucket_bytes, "must be a positive multiple of 4");
   }

@@ -39,7 +39,15 @@ struct CodecConfig {
   // topk sample/histogram: accepted relative error of the selected count, in [0, 1).
   // 0 makes both methods exact.
   double count_tolerance = 0.05;
-  // topk/randomk: wire type of the selected values: "fp32" | "fp16" | "bf16".
+  // topk: what ranks the elements. "magnitude": |p| (p: the gradient plus the residual).
+  // "importance": p^2 / sqrt(F), F a per-element Fisher estimate (the exponential average, decay
+  // kFisherDecay, of p^2): the loss decrease an Adagrad-like step would get from sending p, so
+  // an element that is large only against its usual size outranks one that is always large.
+  // With a uniform F (and at the first step) it is the magnitude ranking. Needs topk_method exact.
+  std::string select = "magnitude";
+  // topk/randomk: wire type of the selected values: "fp32" | "fp16" | "bf16". Selection and the
+  // error-feedback residual stay in fp32 whatever this is: only the selected values are cast
+  // (the safe way to send to fp16/bf16 models; tests/codec/mixed_precision_test.cc).
   std::string value_type = "fp32";
   // onebit: elements sharing one scale; a positive multiple of 32.
   uint32_t onebit_chunk = 1024;
@@ -56,13 +64,23 @@ struct CodecConfig {
   float clip_norm = 0.0f;
   DensityScheduleConfig schedule;
 
-  // Units (tensors or buckets) smaller than this many bytes are sent uncompressed ("none").
+  // Push messages smaller than this many bytes are sent uncompressed ("none").
   size_t min_compress_bytes = 16384;
-  // "tensor": each tensor is its own unit with its own k (layer-wise). "bucket": the concatenated
-  // gradient is cut into units of bucket_bytes regardless of tensor boundaries.
+  // Encode units of a push message (one server's share of the dense table), each with its own
+  // state and its own k = density x unit size:
+  //   "tensor": the whole message is one unit (one k for the message).
+  //   "bucket": the message is cut into units of bucket_bytes regardless of tensor boundaries.
+  //   "layer":  one unit per model tensor (the model's TensorLayout, tensor_layout.h), so a small
+  //             layer is never starved by a large one; k_l = max(layer_min_k, density x size_l).
   std::string granularity = "tensor";
   size_t bucket_bytes = size_t{4} << 20;  // a positive multiple of 4
+  // granularity "layer", topk/randomk: the fewest elements a layer sends per step (capped at
+  // the layer's size); >= 1.
+  uint64_t layer_min_k = 1;
 };
+
+// Decay of the Fisher estimate of select "importance" (about 100 steps of memory).
+inline constexpr double kFisherDecay = 0.99;
 
 // Fewest draws of the sampled threshold estimate, whatever sample_rate says: below this the
 // sample quantile is too noisy to land within a few percent of k.

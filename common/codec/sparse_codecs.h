@@ -22,6 +22,7 @@ struct SparseCodecOptions {
   TopKMethod method = TopKMethod::kExact;
   double sample_rate = 0.005;
   double count_tolerance = 0.05;
+  bool importance = false;  // select "importance" (exact method only)
 };
 
 // Sends the elements a Selection picks (radix_select.h) with their values.
@@ -56,7 +57,18 @@ class RandomKCodec final : public Codec {
   SparseCodecOptions options_;
 };
 
-// Writes the sparse frame of the elements `sel` selects from x[0, n) (ascending indices).
-void WriteSelected(const float* x, size_t n, const Selection& sel, CodecId id, ValueType type, Encoded* out);
+// The density that makes MakeTargets select at least min(min_k, n) elements:
+// max(density, min_k / n) (density itself when min_k <= 1).
+double FlooredDensity(double density, size_t n, uint64_t min_k);
+
+// Writes the sparse frame of the elements `sel` selects from x[0, n) (ascending indices). With
+// `rank` (not null) the selection is judged on rank[i]'s key and x[i] is the value sent.
+void WriteSelected(const float* x, size_t n, const Selection& sel, CodecId id, ValueType type, Encoded* out,
+                   const float* rank = nullptr);
+
+// select "importance": updates the Fisher estimate F = d*F + (1-d)*x^2 (d = kFisherDecay) and
+// writes the ranking keys scores[i] = x[i] / sqrt(sqrt(F[i]) + 1e-30), whose magnitude order is
+// that of x^2 / sqrt(F). fisher and scores hold n floats.
+void ImportanceScores(const float* x, size_t n, float* fisher, float* scores);
 
 }  // namespace osprey::codec

@@ -10,6 +10,7 @@ void ParseCodec(YamlFields& f, codec::CodecConfig* c) {
   f.Get("type", &c->type, {"none", "fp16", "bf16", "topk", "randomk", "onebit"});
   f.Get("density", &c->density, 0, 1, /*lo_open=*/true);
   f.Get("topk_method", &c->topk_method, {"exact", "sample", "histogram"});
+  f.Get("select", &c->select, {"magnitude", "importance"});
   f.Get("sample_rate", &c->sample_rate, 0, 1, /*lo_open=*/true);
   f.Get("count_tolerance", &c->count_tolerance, 0, 1);
   f.Get("value_type", &c->value_type, {"fp32", "fp16", "bf16"});
@@ -23,7 +24,8 @@ void ParseCodec(YamlFields& f, codec::CodecConfig* c) {
   uint64_t min_bytes = c->min_compress_bytes;
   f.Get("min_compress_bytes", &min_bytes, 0, uint64_t{1} << 40);
   c->min_compress_bytes = min_bytes;
-  f.Get("granularity", &c->granularity, {"tensor", "bucket"});
+  f.Get("granularity", &c->granularity, {"tensor", "bucket", "layer"});
+  f.Get("layer_min_k", &c->layer_min_k, 1, uint64_t{1} << 32);
   uint64_t bucket = c->bucket_bytes;
   f.Get("bucket_bytes", &bucket, 0, uint64_t{1} << 40);
   c->bucket_bytes = bucket;

@@ -47,8 +47,11 @@ TEST(CodecConfigTest, RejectsUnknownNames) {
   c.value_type = "fp8";
   ExpectRejected(c, "value_type", "fp8");
   c.value_type = "fp32";
+  c.granularity = "layers";
+  ExpectRejected(c, "granularity", "layers");
   c.granularity = "layer";
-  ExpectRejected(c, "granularity", "layer");
+  c.layer_min_k = 0;
+  ExpectRejected(c, "layer_min_k", "0");
   c = TopK();
   c.schedule.type = "cosine";
   ExpectRejected(c, "schedule.type", "cosine");

@@ -62,6 +62,7 @@ class InprocTraining {
   }
 
   worker::Trainer& trainer(int r) { return *trainers_[r]; }
+  worker::Client& client(int r) { return *clients_[r]; }
   InprocCluster& cluster() { return cluster_; }
   int workers() const { return workers_; }
 

@@ -194,6 +194,7 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
   if (route.contiguous) {
     const uint64_t first = route.ranges[0].first;
     v.base = src + first;
+    v.first = first;
     if (call.in_buffer != nullptr) v.frame = call.in_buffer->Slice(first * sizeof(float), v.floats * sizeof(float));
   } else {
     v.base = src;

@@ -34,6 +34,8 @@ struct PushValues {
   int server = 0;
   size_t floats = 0;  // total floats of the message
   const float* base = nullptr;
+  // Contiguous layout: the table float that base[0] is (where the message lies in the table).
+  uint64_t first = 0;
   // Rows layout (a partitioned sparse push): row rows[i] of row_floats floats at base, i < num_rows.
   const uint32_t* rows = nullptr;
   size_t num_rows = 0;

@@ -16,9 +16,9 @@ Status ParamExchange::Init() {
   return Status::OK();
 }
 
-Status ParamExchange::InstallCodecs() {
+Status ParamExchange::InstallCodecs(const codec::TensorLayout& dense_layout) {
   const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
-  OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(dense, dense_table_, rank_ + 1, client_));
+  OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(dense, dense_table_, rank_ + 1, client_, dense_layout));
   const config::TableConfig& sparse = job_.tables[job_.TableIndex(job_.model.sparse_table)];
   return SetTableCodecs(sparse, sparse_table_, rank_ + 1, client_).status();
 }

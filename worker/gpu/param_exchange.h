@@ -38,8 +38,9 @@ class ParamExchange {
   // Looks up the model's tables and the number of servers. Errors: the client's TableId (NotFound).
   Status Init();
   // Installs the tables' codecs on the client: the dense table's compressor (when its codec is
-  // not none, seeded by rank + 1) and the sparse table's row codecs. Call before training.
-  Status InstallCodecs();
+  // not none, seeded by rank + 1; `dense_layout`: the model's tensors, for granularity "layer") and
+  // the sparse table's row codecs. Call before training.
+  Status InstallCodecs(const codec::TensorLayout& dense_layout);
   // Gives the dense table its initial values (every worker sends the same; the first wins).
   Status InitDense(const float* values);
 

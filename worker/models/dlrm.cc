@@ -138,6 +138,22 @@ Dlrm::Dlrm(const DlrmConfig& config) : config_(config) {
   num_params_ = offset;
 }
 
+codec::TensorLayout Dlrm::dense_tensors() const {
+  codec::TensorLayout out;
+  auto add = [&out](const char* part, const std::vector<Layer>& layers) {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const Layer& x = layers[l];
+      const std::string prefix = std::string(part) + "." + std::to_string(l);
+      const uint64_t weights = static_cast<uint64_t>(x.in) * static_cast<uint64_t>(x.out);
+      if (weights > 0) out.push_back({prefix + ".weight", x.weight, weights});  // none when num_dense is 0
+      out.push_back({prefix + ".bias", x.bias, static_cast<uint64_t>(x.out)});
+    }
+  };
+  add("bottom", bottom_);
+  add("top", top_);
+  return out;
+}
+
 void Dlrm::InitDense(uint64_t seed, float* params) const {
   data::Rng rng(seed);
   for (const auto* layers : {&bottom_, &top_}) {

@@ -51,6 +51,8 @@ class Dlrm final : public Model {
   int embedding_dim() const override { return config_.embedding_dim; }
   int num_dense_features() const override { return config_.num_dense; }
   int num_sparse_features() const override { return config_.num_sparse; }
+  // "bottom.<l>.weight", "bottom.<l>.bias", ..., "top.<l>.weight", "top.<l>.bias" in layout order.
+  codec::TensorLayout dense_tensors() const override;
   void InitDense(uint64_t seed, float* params) const override;
   float ForwardBackward(const float* dense_params, const float* rows, size_t num_rows, const int32_t* row_index,
                         const Batch& batch, float* dense_grad, float* row_grad, float* probs) override;

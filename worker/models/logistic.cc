@@ -23,6 +23,14 @@ StatusOr<std::unique_ptr<LogisticRegression>> LogisticRegression::Make(const Log
   return std::unique_ptr<LogisticRegression>(new LogisticRegression(config));
 }
 
+codec::TensorLayout LogisticRegression::dense_tensors() const {
+  const uint64_t d = static_cast<uint64_t>(config_.num_dense);
+  codec::TensorLayout out;
+  if (d > 0) out.push_back({"weight", 0, d});
+  out.push_back({"bias", d, 1});
+  return out;
+}
+
 void LogisticRegression::InitDense(uint64_t /*seed*/, float* params) const {
   std::fill_n(params, num_dense_params(), 0.0f);
 }

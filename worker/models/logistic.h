@@ -33,6 +33,8 @@ class LogisticRegression final : public Model {
   int embedding_dim() const override { return 1; }
   int num_dense_features() const override { return config_.num_dense; }
   int num_sparse_features() const override { return config_.num_sparse; }
+  // "weight" [num_dense] (when num_dense > 0), then "bias" [1].
+  codec::TensorLayout dense_tensors() const override;
   void InitDense(uint64_t seed, float* params) const override;
   float ForwardBackward(const float* dense_params, const float* rows, size_t num_rows, const int32_t* row_index,
                         const Batch& batch, float* dense_grad, float* row_grad, float* probs) override;

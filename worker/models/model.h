@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/codec/tensor_layout.h"
 #include "common/status.h"
 #include "worker/data/batch.h"
 
@@ -32,6 +33,12 @@ class Model {
   // Shape of the batches the model accepts.
   virtual int num_dense_features() const = 0;
   virtual int num_sparse_features() const = 0;
+
+  // The parameter tensors of the flat dense vector, in order (names, offsets, sizes): what the
+  // compressor's granularity "layer" chooses k by and reports diagnostics for. They cover
+  // [0, num_dense_params()) back to back (codec::ValidateTensorLayout). The default is one tensor
+  // "dense" over the whole vector.
+  virtual codec::TensorLayout dense_tensors() const { return {{"dense", 0, num_dense_params()}}; }
 
   // Writes the initial dense parameters to params[0, num_dense_params()); same seed -> same
   // values (across platforms up to libm's last-bit rounding).
