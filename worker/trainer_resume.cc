@@ -5,6 +5,8 @@
 #include "common/logging.h"
 #include "worker/trainer.h"
 
+#include <algorithm>
+
 namespace osprey::worker {
 
 Status DataSource::Skip(int64_t samples) {
@@ -25,7 +27,8 @@ Status Trainer::ResumeAt(int64_t step) {
     return InvalidArgument("resume at step " + std::to_string(step) + ": outside [0, train.steps = " +
                            std::to_string(job_.train.steps) + "]");
   }
-  const int64_t samples = step * job_.train.batch_size;
+  // A step reads train.accumulate_steps micro-batches (trainer_accumulate.cc).
+  const int64_t samples = step * job_.train.batch_size * std::max(1, job_.train.accumulate_steps);
   OSPREY_RETURN_IF_ERROR(data_->Skip(samples));
   first_step_ = step;
   step_.store(step);
