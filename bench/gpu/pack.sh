@@ -9,12 +9,14 @@ build=${1:?usage: $0 BUILD_DIR PACK [--tests]}
 dest=${2:?usage: $0 BUILD_DIR PACK [--tests]}
 mkdir -p "$dest/bin" "$dest/lib"
 bins=()
-for b in osprey osprey-coordinator osprey-server osprey-worker osprey-bench-dlrm; do bins+=("$build/bin/$b"); done
+for b in osprey osprey-coordinator osprey-server osprey-worker osprey-bench-dlrm osprey-bench-codec; do
+  bins+=("$build/bin/$b")
+done
 if [ "${3:-}" = "--tests" ]; then
-  for t in gpu_worker_test gpu_sparse_test gpu_dlrm_test gpu_dlrm_bf16_test gpu_dlrm_hooks_test \
-           gpu_dlrm_errors_test cuda_topk_test cuda_dense_test; do
+  while read -r t; do
+    case "$t" in ''|'#'*) continue ;; esac
     bins+=("$build/tests/$t")
-  done
+  done < "$(dirname "$0")/gpu-tests.txt"
 elif [ -n "${3:-}" ]; then
   echo "usage: $0 BUILD_DIR PACK [--tests]" >&2
   exit 2

@@ -23,8 +23,7 @@ count() { sed -nE "s/^\[ +$1 +\] ([0-9]+) tests?.*/\1/p" "$2" | head -1; }
 status=0
 ran=0
 printf '%-22s %-8s %6s %6s %7s %8s\n' test result passed failed skipped seconds
-for t in gpu_worker_test gpu_sparse_test gpu_dlrm_test gpu_dlrm_bf16_test gpu_dlrm_hooks_test \
-         gpu_dlrm_errors_test cuda_topk_test cuda_dense_test; do
+for t in $(grep -v '^#' "$(dirname "$0")/gpu-tests.txt"); do
   bin="$pack/bin/$t"
   if [ ! -x "$bin" ]; then
     printf '%-22s %-8s\n' "$t" missing
