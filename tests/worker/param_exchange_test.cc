@@ -31,7 +31,7 @@ class ParamExchangeTest : public ::testing::Test {
     job_.model.dense_table = "mlp";
     exchange_ = std::make_unique<ParamExchange>(job_, 0, client_.get());
     ASSERT_TRUE(exchange_->Init().ok());
-    ASSERT_TRUE(exchange_->InstallCodecs().ok());
+    ASSERT_TRUE(exchange_->InstallCodecs(codec::TensorLayout{}).ok());  // no layer granularity here
     ASSERT_TRUE(exchange_->InitDense(std::vector<float>(10, 0.0f).data()).ok());
   }
   void TearDown() override {
