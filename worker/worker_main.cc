@@ -21,6 +21,7 @@
 
 #include "job/node_flags.h"
 #include "common/incarnation.h"
+#include "common/placement.h"  // Mix64
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
@@ -278,7 +279,13 @@ int main(int argc, char** argv) {
       [c = coord->get()](const proto::ScaleRequest& r) { return c->Scale(r, 600000); },
       [&](const proto::ShardMap& map) -> StatusOr<std::unique_ptr<worker::Client>> {
         OSPREY_ASSIGN_OR_RETURN(auto t, rdma::MakeDataTransport(job, *data_options));
-        auto next = std::make_unique<worker::Client>(copts, std::move(t), map);
+        // The new client numbers its requests from 1 again: a data-plane incarnation of its own
+        // (per shard-map epoch) keeps the servers' dedup window (server/push_dedup.h) from taking
+        // its pushes for re-sends of the old client's.
+        worker::ClientOptions next_options = copts;
+        next_options.incarnation = Mix64(copts.incarnation ^ map.epoch());
+        if (next_options.incarnation == 0) next_options.incarnation = 1;
+        auto next = std::make_unique<worker::Client>(next_options, std::move(t), map);
         OSPREY_RETURN_IF_ERROR(next->Start());
         return next;
       });
