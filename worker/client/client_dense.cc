@@ -119,10 +119,10 @@ Status Client::CheckDenseCall(const DenseCall& c) const {
     return InvalidArgument("dense call to table '" + spec.name() + "': op " + std::to_string(c.op) +
                            " is not a dense pull, push or init");
   }
-  if (c.servers != nullptr && c.servers->size() != peers_.size()) {
+  if (c.servers != nullptr && c.servers->size() != static_cast<size_t>(map_.server_endpoints_size())) {
     return InvalidArgument(std::string(pull ? "dense pull" : "dense push") + " to table '" + spec.name() +
                            "': server mask has " + std::to_string(c.servers->size()) + " entries for " +
-                           std::to_string(peers_.size()) + " servers");
+                           std::to_string(map_.server_endpoints_size()) + " servers");
   }
   if (!pull && c.in_buffer != nullptr && c.in_buffer->size() != spec.size() * sizeof(float)) {
     return InvalidArgument("dense push to table '" + spec.name() + "': buffer has " +
