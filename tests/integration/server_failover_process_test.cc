@@ -132,7 +132,9 @@ double WithKills(const std::string& config, const std::string& dir) {
   EXPECT_NE(coord.find("shard-map epoch 4"), std::string::npos) << "three replacements, three epoch bumps\n" << coord;
   const std::string last = ReadFile(job.log("server-1-r3"));
   EXPECT_NE(last.find("is a replacement"), std::string::npos) << last;
-  if (g_store_sets.empty()) EXPECT_NE(last.find("restored checkpoint"), std::string::npos) << last;
+  if (g_store_sets.empty()) {
+    EXPECT_NE(last.find("restored checkpoint"), std::string::npos) << last;
+  }
   return Auc(job.log("worker-0"));
 }
 
