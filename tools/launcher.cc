@@ -313,7 +313,7 @@ Status Launcher::StartChild(const std::string& name, const std::string& binary,
   if (int sig = ReceivedStopSignal()) {
     return Aborted("interrupted by signal " + std::to_string(sig) + " while starting processes");
   }
-  ChildSpec spec{name, binary, std::move(args), log_dir_ + "/" + name + ".log"};
+  ChildSpec spec{name, binary, std::move(args), log_dir_ + "/" + name + ".log", {}};
   OSPREY_ASSIGN_OR_RETURN(size_t index, children_.Spawn(spec));
   std::fprintf(pids, "%s %d\n", name.c_str(), static_cast<int>(children_.pid(index)));
   std::fflush(pids);

@@ -75,7 +75,7 @@ StatusOr<std::unique_ptr<LocalRedis>> LocalRedis::Start(const std::string& log_d
                                dir + "/nodes-" + p + ".conf", "--cluster-port",
                                std::to_string(bus)});
     }
-    ChildSpec spec{"redis-" + p, "/usr/bin/redis-server", args, dir + "/redis-" + p + ".log"};
+    ChildSpec spec{"redis-" + p, "/usr/bin/redis-server", args, dir + "/redis-" + p + ".log", {}};
     if (!std::filesystem::exists(spec.binary)) spec.binary = "redis-server";
     auto idx = r->children_.Spawn(spec);
     if (!idx.ok()) {

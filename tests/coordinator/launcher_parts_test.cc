@@ -313,7 +313,7 @@ TEST(ChildSetTest, ReportsExitCodesAndLogsOutput) {
   TempDir tmp;
   const std::string& dir = tmp.path();
   ChildSet set;
-  auto a = set.Spawn({"a", "/bin/sh", {"-c", "echo hello from a; exit 3"}, dir + "/a.log"});
+  auto a = set.Spawn({"a", "/bin/sh", {"-c", "echo hello from a; exit 3"}, dir + "/a.log", {}});
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   for (int i = 0; i < 200 && set.running() > 0; ++i) {
     set.ReapExited();
@@ -322,7 +322,7 @@ TEST(ChildSetTest, ReportsExitCodesAndLogsOutput) {
   ASSERT_FALSE(set.running(*a));
   EXPECT_EQ(set.exit_info(*a).ToString(), "exited with status 3");
   EXPECT_EQ(TailOfFile(dir + "/a.log", 5), "hello from a");
-  auto missing = set.Spawn({"b", dir + "/no-such-binary", {}, dir + "/b.log"});
+  auto missing = set.Spawn({"b", dir + "/no-such-binary", {}, dir + "/b.log", {}});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("No such file"), std::string::npos)
       << missing.status().message();
@@ -335,7 +335,7 @@ TEST(ChildSetTest, StopAllKillsChildrenAndTheirChildren) {
   // A child that ignores SIGTERM and has a child of its own.
   auto a = set.Spawn({"stubborn", "/bin/sh",
                       {"-c", "trap '' TERM; sleep 300 & echo $! > " + dir + "/grandchild; wait"},
-                      dir + "/a.log"});
+                      dir + "/a.log", {}});
   ASSERT_TRUE(a.ok());
   pid_t grandchild = 0;
   for (int i = 0; i < 300 && grandchild == 0; ++i) {

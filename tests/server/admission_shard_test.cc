@@ -111,7 +111,9 @@ TEST(AdmissionShardTest, KeyGetsARowOnlyAtItsNthPushAndEarlierGradientsAreDroppe
     EXPECT_FALSE(h.HasRow(k));
     EXPECT_EQ(h.store().num_rows(0), 0u);
     ASSERT_TRUE(h.Push({k}, 1.0f).ok());  // the 3rd sighting admits it
-    if (per_window == 2) ASSERT_TRUE(h.Push({}, 0.0f).ok());  // closes the window
+    if (per_window == 2) {
+      ASSERT_TRUE(h.Push({}, 0.0f).ok());  // closes the window
+    }
     EXPECT_TRUE(h.HasRow(k));
     EXPECT_EQ(h.counters().lifecycle.admitted.load(), 1u);
     EXPECT_EQ(h.store().num_rows(0), 1u);
