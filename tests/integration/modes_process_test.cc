@@ -35,6 +35,7 @@
 #include "proto/wire.h"
 #include "tests/testing/free_port.h"
 #include "tests/testing/test_env.h"
+#include "tests/testing/launch_util.h"
 
 namespace {
 
@@ -220,20 +221,7 @@ class Cluster {
     std::vector<std::string> args = common_;
     std::string path = bin_ + "/" + binary;
     std::string logp = log(name);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open(logp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-      }
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(path.c_str()));
-      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(path.c_str(), argv.data());
-      ::_exit(127);
-    }
+    const pid_t pid = osprey::testing::SpawnLogged(path, args, logp);
     children_.push_back(Child{name, pid});
   }
 

@@ -4,6 +4,7 @@
 // and reading values out of our flat JSON reports.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,26 @@ namespace osprey::testing {
 inline int RunCommand(const std::string& cmd) {
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Starts the executable `path` with `args` (argv[1..]), its stdout and stderr both in `log_path`
+// (created or truncated), and returns at once: the child's pid (-1 when fork failed).
+inline pid_t SpawnLogged(const std::string& path, const std::vector<std::string>& args,
+                         const std::string& log_path) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> argv{const_cast<char*>(path.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(path.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 // Starts `osprey launch SOURCE/configs/CONFIG --quiet --log-dir DIR/logs --report-json
