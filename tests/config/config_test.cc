@@ -61,6 +61,20 @@ TEST(JobConfigTest, OutOfRangeValue) {
   ExpectError(std::string(kMinimal) + "cluster:\n  servers: 0\n", {}, "cluster.servers: value 0 is out of range");
 }
 
+// The failover and accumulation keys refuse what they cannot mean, naming the key.
+TEST(JobConfigTest, FailoverAndAccumulationKeysAreRangeChecked) {
+  ExpectError(kMinimal, {"cluster.coordinator_outage_ms=-1"}, "cluster.coordinator_outage_ms: value -1 is out of range");
+  ExpectError(kMinimal, {"cluster.server_replace_timeout_ms=-5"},
+              "cluster.server_replace_timeout_ms: value -5 is out of range");
+  ExpectError(kMinimal, {"train.accumulate_steps=0"}, "train.accumulate_steps: value 0 is out of range");
+  ExpectError(std::string(kMinimal) + "train:\n  accumulate_steps: many\n", {},
+              "train.accumulate_steps: expected an integer, got 'many'");
+  auto job = ParseJobConfig(kMinimal, "test.yaml", {"cluster.server_replace_timeout_ms=0", "train.accumulate_steps=4"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.server_replace_timeout_ms, 0);
+  EXPECT_EQ(job->train.accumulate_steps, 4);
+}
+
 TEST(JobConfigTest, NegativeLearningRateInTableNamesIndex) {
   ExpectError(kMinimal, {"tables.embeddings.optimizer.lr=-1"}, "tables[0].optimizer.lr: value -1 is out of range");
 }
