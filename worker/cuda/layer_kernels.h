@@ -1,18 +1,29 @@
 // Layer-wise top-k on the GPU: exact top-k_l of every layer of one flat gradient, with error
-// feedback (and DGC momentum) fused, all layers in one launch (one thread block per layer). The
-// CPU reference is granularity "layer" of worker/compression.h: per layer, the codec stack of
-// codec::MakeCodec (topk exact + error feedback) on that layer's floats, the frames merged with
-// indices shifted by the layer's offset. Host API only (no CUDA headers); conventions of
-// codec_kernels.h (device pointers, work enqueued on `stream`, nothing synchronizes).
+// feedback (and DGC momentum) fused. The CPU reference is granularity "layer" of
+// worker/compression.h: per layer, the codec stack of codec::MakeCodec (topk exact + error
+// feedback) on that layer's floats, the frames merged with indices shifted by the layer's offset.
+// Host API only (no CUDA headers); conventions of codec_kernels.h (device pointers, work enqueued
+// on `stream`, nothing synchronizes).
 //
-// Cost: per layer one fused EF pass, three key-histogram passes (12, 12, 7 bits), tie passes only
-// when the k-th magnitude is tied, and one ordered compaction pass; each block streams its
-// layer from global memory, so the time is that of the largest layer when there are fewer
-// layers than SMs, and of the total size over the SMs' bandwidth otherwise.
+// Design (segmented): every layer is cut into chunks of LayerTopKWorkspace::chunk() floats and
+// each kernel's grid has one block per (layer, chunk), from a block -> (layer, chunk) table built
+// once by the workspace, so a large layer is spread over many blocks and a small one costs one
+// block. A step is eight launches on `stream`, whatever the number of layers:
+//   1. fused EF pass (p, r, u) that also builds each layer's level-0 key histogram (12 bits; per
+//      block in shared memory, flushed to the layer's global histogram with atomics);
+//   2. per-layer decide (one block per layer: boundary bin by a scan, codec::DecideKeyLevel);
+//   3-6. key levels 1 and 2 (12 and 7 bits): histogram over the chunks of the layers still
+//      undecided (blocks of decided layers return at once), then the decide;
+//   7. per-chunk counts of the keys above the threshold and of the ties at it;
+//   8. ordered compaction: each block adds the counts of the chunks before it in its layer and
+//      writes its pairs at their rank, so indices come out ascending; the ties at a layer's k-th
+//      key are ranked by index in the same pass, so the lowest-index ties are sent.
+// The dense data are read by passes 1, 3, 5 (only undecided layers), 7 and 8.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/codec/layer_stats.h"
@@ -35,11 +46,42 @@ struct LayerTopKArgs {
 // density, size, min_k), 0).k (at least 1, at most the size).
 std::vector<uint32_t> LayerKs(const std::vector<uint32_t>& sizes, double density, uint64_t min_k);
 
+// Device scratch of LayerTopK for one layer list: the block -> (layer, chunk) table, per-layer
+// selection state and a 4096-bin key histogram per layer (16 KiB each), per-chunk counts. Create
+// once per layer list and reuse (no allocation per call); owns its device memory. A workspace
+// serves one stream at a time; after an error of a LayerTopK using it, recreate it.
+class LayerTopKWorkspace {
+ public:
+  struct Impl;
+
+  // begin: the host copy of LayerTopKArgs::d_begin (num_layers + 1 offsets, ascending, begin[0]
+  // = 0, begin.back() < 2^32). chunk: floats per block; 0 picks it from the total size and the
+  // device's SM count (a multiple of 4096, about four blocks per SM in all; tests pass a small one
+  // to put chunk boundaries inside small layers). Synchronizes the device once (setup only).
+  // Errors: InvalidArgument for a bad begin, ResourceExhausted, Internal.
+  static StatusOr<std::unique_ptr<LayerTopKWorkspace>> Create(const std::vector<uint32_t>& begin, uint32_t chunk = 0);
+  ~LayerTopKWorkspace();
+
+  uint32_t num_layers() const;
+  size_t n() const;             // begin.back()
+  uint32_t chunk() const;       // floats per block
+  uint32_t num_blocks() const;  // grid of the segmented kernels
+
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit LayerTopKWorkspace(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 // Fused EF + exact per-layer top-k of t (p as in EfTensor): writes total_k pairs (indices
 // ascending, global to the tensor; then values of out.value_type) into out.payload, r = p minus
-// what was sent, u = 0 where sent. Ties at a layer's k-th magnitude go to its lowest indices.
-// Errors: InvalidArgument for null pointers, n >= 2^32, out.capacity < total_k.
-Status LayerTopK(const EfTensor& t, const LayerTopKArgs& layers, const SparseOutput& out, void* stream);
+// what was sent, u = 0 where sent. Ties at a layer's k-th magnitude go to its lowest indices (NaN
+// counts as the largest magnitude). `ws` was created from the same begin offsets as
+// layers.d_begin. Errors: InvalidArgument for null pointers, n >= 2^32, out.capacity < total_k, a
+// workspace of another size or layer count.
+Status LayerTopK(const EfTensor& t, const LayerTopKArgs& layers, const SparseOutput& out, LayerTopKWorkspace* ws,
+                 void* stream);
 
 // The compression diagnostics of one step on the device: per layer (d_begin as above) the
 // sampled ||g||^2, and over the sent pairs (indices ascending and global, values of `type`)
