@@ -105,7 +105,9 @@ void RunCase(const std::vector<uint32_t>& sizes, const GradientFn& gradient, con
   ASSERT_TRUE(payload.ok());
   auto ws = LayerTopKWorkspace::Create(begin, c.chunk);
   ASSERT_TRUE(ws.ok()) << ws.status().ToString();
-  if (c.chunk > 0) ASSERT_EQ((*ws)->chunk(), c.chunk);
+  if (c.chunk > 0) {
+    ASSERT_EQ((*ws)->chunk(), c.chunk);
+  }
   const LayerTopKArgs layers{dbegin.as<uint32_t>(), dk.as<uint32_t>(), dout.as<uint32_t>(),
                              static_cast<uint32_t>(sizes.size()), total};
 
