@@ -166,9 +166,9 @@ __global__ void __launch_bounds__(kDecideThreads) LayerDecideKernel(LayerDeviceA
   }
 }
 
-// Per-thread counts of the keys sent whole (key >= lo) and of the ties (key == tie_key) among
-// this thread's elements of the tile at `base`: masks[q] bit 0 / bit 1.
-__device__ __forceinline__ void Classify(const float* __restrict__ x, size_t base, size_t end, const LayerState& s,
+// Loads this thread's elements of the tile at `base` into v and flags (0/1) which are sent whole
+// (key >= lo) and which tie at the k-th key (key == tie_key).
+__device__ __forceinline__ void Classify(const float* x, size_t base, size_t end, const LayerState& s,
                                          float v[kItems], uint32_t above[kItems], uint32_t tie[kItems]) {
 #pragma unroll
   for (int q = 0; q < kItems; ++q) {
@@ -225,8 +225,10 @@ __device__ __forceinline__ uint2 CountsBefore(const Chunk& c, const uint2* count
 
 // 8. Ordered compaction. An element with A keys sent whole and T ties before it in its layer is
 // sent when it is sent whole, or a tie with T < need; its slot is out[layer] + A + min(T, need).
+// x is r with error feedback, so it is not __restrict__ (each element is read, then written, by
+// one thread).
 template <int kMode>
-__global__ void __launch_bounds__(kThreads) LayerEmitKernel(LayerDeviceArgs a, const float* __restrict__ x, float* r,
+__global__ void __launch_bounds__(kThreads) LayerEmitKernel(LayerDeviceArgs a, const float* x, float* r,
                                                             float* u, const uint32_t* outs, uint32_t total,
                                                             const LayerState* states, const uint2* counts,
                                                             void* payload, codec::ValueType type) {
