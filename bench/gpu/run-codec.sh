@@ -4,11 +4,12 @@
 #
 # Usage, from the repo root on the GPU machine:
 #   bench/gpu/run-codec.sh PACK [OUT_DIR]
-# PACK holds bin/ (osprey-bench-codec; the test binaries cuda_topk_test and cuda_dense_test may be
-# in bin/, tests/ or PACK itself) and lib/. Results (logs, gtest JSON, bench JSON) go to OUT_DIR,
-# default ./codec-gpu-results. Knobs (environment): SIZES (1e6,2.5e7,1e8,4e8), DENSITIES
-# (0.01,0.001), RUNS (50), WARMUP (5). Exit status 0 only if every test passed, the bench ran and
-# every target was met.
+# PACK holds bin/ (osprey-bench-codec; the test binaries cuda_topk_test, cuda_dense_test and
+# cuda_layer_topk_test may be in bin/, tests/ or PACK itself) and lib/. Results (logs, gtest
+# JSON, bench JSON) go to OUT_DIR, default ./codec-gpu-results. Knobs (environment): SIZES
+# (1e6,2.5e7,1e8,4e8), DENSITIES (0.01,0.001), RUNS (50), WARMUP (5). Exit status 0 only if every
+# test passed, the bench ran and every target was met (the layer-wise rows: within 10% of their
+# bucket-wise baseline).
 set -u -o pipefail
 
 pack=$(cd "${1:?usage: $0 PACK_DIR [OUT_DIR]}" && pwd) || exit 2
@@ -38,7 +39,7 @@ count() { sed -nE "s/^\[  $1 *\] ([0-9]+) tests?.*/\1/p" "$2" | head -1; }
 status=0
 echo "== gpu tests"
 printf '%-16s %-7s %s\n' test result detail
-for t in cuda_topk_test cuda_dense_test; do
+for t in cuda_topk_test cuda_dense_test cuda_layer_topk_test; do
   if ! bin=$(find_bin "$t"); then
     printf '%-16s %-7s %s\n' "$t" MISSING "not found under $pack"
     status=1
@@ -100,6 +101,17 @@ for label, codec, density, limit, check_count in targets:
     base = r["baseline_ms"]
     print(f"{label:32} {r['median_ms']:9.4f} {limit:7.2f} {sel if sel is not None else float('nan'):7.4f} "
           f"{base if base is not None else float('nan'):9.4f}  {'MET' if good else 'MISSED'}")
+    ok = ok and good
+# Issue 18: layer-wise EF + exact top-k within 10% of bucket-wise (its baseline) on each list.
+layer_rows = [r for r in rows if r["codec"].startswith("layer_ef_topk_exact")]
+if not layer_rows:
+    print(f"{'layer-wise vs bucket-wise':32} MISSING")
+    ok = False
+for r in layer_rows:
+    base = r["baseline_ms"]
+    good = r["median_ms"] is not None and base is not None and r["median_ms"] <= 1.10 * base
+    print(f"{r['codec'][len('layer_ef_topk_exact '):][:32]:32} {r['median_ms']:9.4f} {1.10 * base:7.3f} {'-':>7} "
+          f"{'-':>9}  {'MET' if good else 'MISSED'} (limit 1.10 x bucket-wise {base:.4f} ms)")
     ok = ok and good
 sys.exit(0 if ok else 1)
 PY
