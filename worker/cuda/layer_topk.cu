@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) LayerEfKernel(LayerDeviceArgs a, con
   for (size_t base = c.start; base < c.end; base += kTile) {
     float gv[kItems], rv[kItems], uv[kItems];
 #pragma unroll
-    for (int q = 0; q < kItems; ++q) {  // every load before any store: r may alias g for all nvcc knows
+    for (int q = 0; q < kItems; ++q) {  // every load before any store, so the tile's loads overlap
       const size_t i = Element(base, q);
       const bool in = i < c.end;
       gv[q] = in ? g[i] : 0.0f;
