@@ -67,6 +67,8 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("nccl", &job->worker.nccl);
     s.Get("dense_bucket_bytes", &job->worker.dense_bucket_bytes, 4096, uint64_t{1} << 34);
     s.GetList("command", &job->worker.command);
+    // GPU device-side dense compression.
+    s.Get("encode_on", &job->worker.encode_on, {"auto", "device", "host"});
     s.Section("cache", [&](YamlFields& c) {
       c.Get("capacity_rows", &job->worker.cache.capacity_rows, 0, (uint64_t{1} << 31) - 1);
       c.Get("capacity_fraction", &job->worker.cache.capacity_fraction, 0, 1);

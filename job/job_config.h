@@ -85,6 +85,11 @@ struct WorkerSection {
   uint64_t dense_bucket_bytes = 2 << 20;  // GPU: dense gradient buckets (whole chunks of the
                                           // dense table), sent while backward still runs
   WorkerCacheConfig cache;
+  // GPU device-side dense compression (worker/gpu/device_encoder.h): where the dense table's
+  // codec encodes. auto: on the device when it can (exact magnitude top-k without clip_norm),
+  // else on the host; device: on the device, an error for a codec it cannot encode; host: always
+  // on the host (the CPU DenseCompressor, after the gradient is copied to the host).
+  std::string encode_on = "auto";
   // Non-empty: `osprey launch` runs this command (argv; e.g. [python3, examples/train_dlrm.py])
   // once per worker rank instead of osprey-worker, with OSPREY_CONFIG, OSPREY_SETS,
   // OSPREY_COORDINATOR, OSPREY_RANK and OSPREY_WORLD_SIZE in its environment (osprey.connect()).

@@ -250,6 +250,36 @@ Status DenseCompressor::EncodeUnits(Stream* st, const float* grad, size_t n, cod
   return Status::OK();
 }
 
+std::vector<uint32_t> DenseCompressor::StartExternal(uint32_t table, int server, const Ranges& ranges, size_t n) {
+  MutexLock lock(&mu_);
+  Stream& st = streams_[{table, server}];
+  if (st.length != n || st.ranges != ranges) {
+    StartStream(table, server, ranges, n, &st);
+    diagnostics_.StartStream({table, server}, ranges, n);
+  }
+  return diagnostics_.SamplePositions({table, server});
+}
+
+Status DenseCompressor::RecordExternal(uint32_t table, int server, size_t n, const codec::EncodedView& frame,
+                                       const float* samples, size_t num_samples, double encode_seconds) {
+  MutexLock lock(&mu_);
+  ++stats_.messages;
+  stats_.bytes_raw += n * sizeof(float);
+  stats_.bytes_encoded += frame.size;
+  if (frame.meta.codec == codec::CodecId::kNone) return Status::OK();
+  auto it = streams_.find({table, server});
+  if (it == streams_.end() || it->second.length != n) {
+    return FailedPrecondition("compression: external stream (table " + std::to_string(table) + ", server " +
+                              std::to_string(server) + ") not started for " + std::to_string(n) + " floats");
+  }
+  OSPREY_RETURN_IF_ERROR(diagnostics_.ObserveSamples({table, server}, samples, num_samples, n, frame));
+  stats_.encode_seconds += encode_seconds;
+  ++stats_.compressed_messages;
+  stats_.last_density = n > 0 ? static_cast<double>(frame.meta.count) / static_cast<double>(n) : 1.0;
+  RecordDensity(it->second.step++, frame.meta.count, n);
+  return Status::OK();
+}
+
 CompressionStats DenseCompressor::stats() const {
   MutexLock lock(&mu_);
   CompressionStats out = stats_;

@@ -84,6 +84,8 @@ StatusOr<DenseCompressor*> SetTableCodecs(const config::TableConfig& config, uin
 
 class DenseCompressor final : public PushEncoder {
  public:
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;  // (first table float, floats)
+
   // `config` must have passed codec::ValidateCodecConfig (LoadJobConfig does that); `seed` makes
   // this worker's random draws (random-k, sampled thresholds) differ from other workers'.
   // `layout`: the tensors of the table's floats (table coordinates); granularity "layer" needs it.
@@ -106,12 +108,26 @@ class DenseCompressor final : public PushEncoder {
   Status Encode(uint32_t table, int server, const float* grad, size_t n, proto::Header* header,
                 Buffer* values) EXCLUDES(mu_);
 
+  // The seam of an encoder that runs elsewhere but books its messages here (the GPU worker's
+  // device path, worker/gpu/device_encoder.h), so stats(), warning() and the diagnostics read the
+  // same whichever path encoded. StartExternal (re)starts stream (table, server) for a compressed
+  // message of n floats at `ranges` when it is not at those already (as Encode does) and returns
+  // the message positions whose raw values RecordExternal needs (the diagnostics' samples).
+  std::vector<uint32_t> StartExternal(uint32_t table, int server, const Ranges& ranges, size_t n) EXCLUDES(mu_);
+  // Books one message of (table, server) sent as `frame`: codec none (a message below
+  // min_compress_bytes, samples unused), or a compressed frame with the raw gradient at
+  // StartExternal's positions in samples[0, num_samples) and the wall time its encode took.
+  // Errors: the diagnostics' (a stream not started, a frame that does not validate).
+  Status RecordExternal(uint32_t table, int server, size_t n, const codec::EncodedView& frame, const float* samples,
+                        size_t num_samples, double encode_seconds) EXCLUDES(mu_);
+  const codec::CodecConfig& config() const { return config_; }
+  const codec::TensorLayout& layout() const { return layout_; }
+
   CompressionStats stats() const EXCLUDES(mu_);
   // CompressionWarning of the current diagnostics ("" when healthy); cheap enough for heartbeats.
   std::string warning() const EXCLUDES(mu_);
 
  private:
-  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;  // (first table float, floats)
 
   DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec, uint64_t seed,
                   codec::TensorLayout layout)

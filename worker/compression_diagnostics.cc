@@ -74,6 +74,34 @@ void CompressionDiagnostics::StartStream(const Key& key, const Ranges& ranges, s
 }
 
 Status CompressionDiagnostics::Observe(const Key& key, const float* g, size_t n, const codec::EncodedView& frame) {
+  return ObserveImpl(key, g, nullptr, n, frame);
+}
+
+std::vector<uint32_t> CompressionDiagnostics::SamplePositions(const Key& key) const {
+  std::vector<uint32_t> out;
+  auto it = streams_.find(key);
+  if (it == streams_.end()) return out;
+  for (const Piece& p : it->second) {
+    for (size_t s = 0; s < p.samples; ++s) out.push_back(static_cast<uint32_t>(p.begin + s * p.stride));
+  }
+  return out;
+}
+
+Status CompressionDiagnostics::ObserveSamples(const Key& key, const float* samples, size_t num_samples, size_t n,
+                                              const codec::EncodedView& frame) {
+  size_t expected = 0;
+  if (auto it = streams_.find(key); it != streams_.end()) {
+    for (const Piece& p : it->second) expected += p.samples;
+  }
+  if (num_samples != expected) {
+    return InvalidArgument("diagnostics: " + std::to_string(num_samples) + " raw samples for a stream that reads " +
+                           std::to_string(expected));
+  }
+  return ObserveImpl(key, nullptr, samples, n, frame);
+}
+
+Status CompressionDiagnostics::ObserveImpl(const Key& key, const float* g, const float* samples, size_t n,
+                                           const codec::EncodedView& frame) {
   auto it = streams_.find(key);
   if (it == streams_.end() || it->second.empty() || it->second.back().begin + it->second.back().size != n) {
     return FailedPrecondition("diagnostics: stream not started for a message of " + std::to_string(n) + " floats");
@@ -95,7 +123,7 @@ Status CompressionDiagnostics::Observe(const Key& key, const float* g, size_t n,
       p.dec_sum[s] *= decay_;
     }
     for (size_t s = 0; s < p.samples; ++s) {
-      const float x = g[p.begin + s * p.stride];
+      const float x = g != nullptr ? g[p.begin + s * p.stride] : *samples++;
       raw_sq += static_cast<double>(x) * x;
       p.raw_sum[s] += x;
     }

@@ -74,6 +74,15 @@ class CompressionDiagnostics {
   // validation errors (it is the one the server will decode).
   Status Observe(const Key& key, const float* g, size_t n, const codec::EncodedView& frame);
 
+  // The message positions Observe reads of g for stream `key` (piece by piece, ascending), empty
+  // for a stream not started: a caller whose gradient is elsewhere (on a GPU) fetches only these.
+  std::vector<uint32_t> SamplePositions(const Key& key) const;
+  // Observe with the raw gradient given at SamplePositions(key) only: samples[i] = g[position i],
+  // num_samples of them. Same results as Observe. Errors: Observe's, and InvalidArgument for a
+  // num_samples that is not the positions' count.
+  Status ObserveSamples(const Key& key, const float* samples, size_t num_samples, size_t n,
+                        const codec::EncodedView& frame);
+
   DiagnosticsSummary Summary() const;
 
  private:
@@ -85,6 +94,9 @@ class CompressionDiagnostics {
     double no_update = 0, weight = 0;      // weighted count of starved steps; sum of weights
     uint64_t steps = 0;
   };
+
+  // Observe over g (dense, when not null) or over the samples at SamplePositions.
+  Status ObserveImpl(const Key& key, const float* g, const float* samples, size_t n, const codec::EncodedView& frame);
 
   const codec::TensorLayout layout_;
   const double decay_;

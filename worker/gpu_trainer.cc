@@ -150,7 +150,23 @@ Status GpuTrainer::InitBuffers() {
 }
 
 Status GpuTrainer::InitData() {
-  OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs(cpu_model_->dense_tensors()));
+  OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs(cpu_model_->dense_tensors(), opt_.encode_on_device));
+  if (opt_.encode_on_device) {
+    // The messages this worker pushes: the servers some bucket pushes (with a host group, its own).
+    std::vector<DenseRoute> pushed;
+    for (const DenseRoute& r : exchange_.dense_routes()) {
+      for (const DenseBucket& b : plan_.buckets) {
+        if (b.push_servers[r.server]) {
+          pushed.push_back(r);
+          break;
+        }
+      }
+    }
+    OSPREY_ASSIGN_OR_RETURN(device_encoder_,
+                            DeviceDenseEncoder::Create(exchange_.compressor(), exchange_.dense_table(), pushed));
+  }
+  OSPREY_LOG_INFO("worker {}: dense gradient encoded on the {}: {}", rank_, opt_.encode_on_device ? "device" : "host",
+                  opt_.encode_why);
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
   if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
   std::vector<float> init(num_params_);

@@ -233,5 +233,44 @@ TEST(GpuOptionsTest, CacheFitsInNinetyPercentOfTheFreeMemory) {
   EXPECT_NE(s.message().find("GiB free on cuda:0 (test)"), std::string::npos) << s.ToString();
 }
 
+TEST(GpuOptionsTest, ExactTopKEncodesOnTheDeviceUnlessTheConfigSaysHost) {
+  config::JobConfig job = Job();
+  EXPECT_FALSE(Resolve(job).encode_on_device);  // codec none: nothing to encode
+  job.tables[1].codec.type = "topk";
+  job.tables[1].codec.granularity = "layer";
+  GpuOptions o = Resolve(job);
+  EXPECT_TRUE(o.encode_on_device);
+  EXPECT_NE(o.encode_why.find("device"), std::string::npos) << o.encode_why;
+  job.worker.encode_on = "host";
+  o = Resolve(job);
+  EXPECT_FALSE(o.encode_on_device);
+  EXPECT_NE(o.encode_why.find("encode_on = host"), std::string::npos) << o.encode_why;
+}
+
+TEST(GpuOptionsTest, CodecsTheDeviceCannotEncodeStayOnTheHostOrFailWhenDeviceIsAsked) {
+  config::JobConfig job = Job();
+  for (const char* type : {"onebit", "randomk", "fp16"}) {
+    job.tables[1].codec = codec::CodecConfig{};
+    job.tables[1].codec.type = type;
+    job.worker.encode_on = "auto";
+    GpuOptions o = Resolve(job);
+    EXPECT_FALSE(o.encode_on_device) << type;
+    EXPECT_NE(o.encode_why.find(type), std::string::npos) << o.encode_why;
+    job.worker.encode_on = "device";
+    auto bad = ResolveGpuOptions(job, Shape());
+    ASSERT_FALSE(bad.ok()) << type;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("worker.encode_on = device"), std::string::npos) << bad.status().message();
+  }
+  job.tables[1].codec = codec::CodecConfig{};
+  job.tables[1].codec.type = "topk";
+  job.tables[1].codec.topk_method = "sample";
+  job.worker.encode_on = "auto";
+  EXPECT_FALSE(Resolve(job).encode_on_device);
+  job.tables[1].codec.topk_method = "exact";
+  job.tables[1].codec.clip_norm = 1.0f;
+  EXPECT_FALSE(Resolve(job).encode_on_device);
+}
+
 }  // namespace
 }  // namespace osprey::worker::gpu

@@ -39,6 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/codec/encoded.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
@@ -88,6 +89,15 @@ struct DenseCall {
   // (contents unspecified after an error). Must stay valid until Wait() returns.
   float* out = nullptr;
   Buffer* out_buffer = nullptr;
+};
+
+// One server's message of a dense push, encoded by the caller (the GPU worker encodes its dense
+// gradient on the device, worker/gpu/device_encoder.h): exactly what the table's PushEncoder
+// would have produced for that server's message -- its header meta and its values frame.
+struct EncodedDenseFrame {
+  int server = 0;
+  codec::EncodedMeta meta;  // codec kNone: plain fp32 (only the header's codec is set, as fp32 pushes)
+  Buffer payload;           // the values frame, sent as it is
 };
 
 class Client {
@@ -147,6 +157,17 @@ class Client {
                    const std::vector<bool>& servers);
   // Zero-copy: `grads` (table size floats) is sent as slices of the Buffer.
   Ticket PushDense(uint32_t table, const Buffer& grads, int64_t clock = 0, uint64_t version = 0);
+  // Pushes dense messages the caller encoded itself, one per frame, to the frame's server, with
+  // that server's chunk ids as the keys frame; the table's encoder is not called. The wire
+  // message is the one PushDense would send had the encoder returned this frame. Each frame must
+  // cover the server's whole share of the table (meta.length = its route's floats) and pass
+  // codec::ValidateMeta. InvalidArgument (the ticket fails, nothing is sent) for a sparse or
+  // unknown table, a server without chunks of it, two frames for one server, or a bad frame.
+  Ticket PushDenseEncoded(uint32_t table, const std::vector<EncodedDenseFrame>& frames, int64_t clock = 0,
+                          uint64_t version = 0);
+  // The routes of dense `table` (the servers' chunk ranges; dense_routes.h); empty for a sparse
+  // or unknown table. What a caller encoding its own dense messages cuts its gradient by.
+  const std::vector<DenseRoute>& dense_routes(uint32_t table) const;
   // Gives dense chunks their initial values unless another worker already did (first wins).
   // Init messages always go as fp32 (no encoder).
   Ticket InitDense(uint32_t table, const float* values);

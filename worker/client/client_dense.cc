@@ -212,4 +212,53 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
   return true;
 }
 
+const std::vector<DenseRoute>& Client::dense_routes(uint32_t table) const {
+  static const std::vector<DenseRoute> kNone;
+  return table < dense_routes_.size() ? dense_routes_[table] : kNone;
+}
+
+Ticket Client::PushDenseEncoded(uint32_t table, const std::vector<EncodedDenseFrame>& frames, int64_t clock,
+                                uint64_t version) {
+  // Everything is checked before the first message goes out, so a bad frame sends nothing.
+  Status bad = CheckTable(table, /*sparse=*/false);
+  std::vector<const DenseRoute*> routes(frames.size(), nullptr);
+  for (size_t i = 0; bad.ok() && i < frames.size(); ++i) {
+    const EncodedDenseFrame& f = frames[i];
+    const std::string what = "encoded dense push to table '" + map_.tables(table).name() + "', server " +
+                             std::to_string(f.server);
+    for (const DenseRoute& r : dense_routes_[table]) {
+      if (r.server == f.server) routes[i] = &r;
+    }
+    if (routes[i] == nullptr) {
+      bad = InvalidArgument(what + ": the server holds no chunks of the table");
+      break;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (frames[j].server == f.server) bad = InvalidArgument(what + ": two frames for the server");
+    }
+    if (Status v = codec::ValidateMeta(f.meta, f.payload.size(), routes[i]->floats); bad.ok() && !v.ok()) {
+      bad = InvalidArgument(what + ": " + v.message());
+    }
+  }
+  Ticket ticket = requests_.Open(proto::OP_PUSH_DENSE, table, bad);
+  if (!bad.ok()) return ticket;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const EncodedDenseFrame& f = frames[i];
+    proto::Header h;
+    h.set_op(proto::OP_PUSH_DENSE);
+    h.set_table(table);
+    h.set_clock(clock);
+    h.set_version(version);
+    // The header fields DenseCompressor::Encode sets: only the codec for plain fp32.
+    h.set_codec(static_cast<proto::Codec>(f.meta.codec));
+    if (f.meta.codec != codec::CodecId::kNone) {
+      h.set_codec_value_type(static_cast<uint32_t>(f.meta.value_type));
+      h.set_codec_count(f.meta.count);
+      h.set_codec_chunk(f.meta.chunk);
+    }
+    Send(ticket, f.server, std::move(h), routes[i]->keys, f.payload, 0, nullptr);
+  }
+  return ticket;
+}
+
 }  // namespace osprey::worker

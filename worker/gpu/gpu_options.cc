@@ -81,8 +81,25 @@ StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuMo
   o.reader.synthetic = job.data.source == "synthetic";
   o.reader.threads = o.reader.synthetic ? job.worker.data_threads : 1;
   o.reader.pool = o.reader.synthetic ? job.worker.data_pool_batches : 0;
+  const std::string why = dense.codec.type == "none" ? "codec none: nothing to encode" : DeviceEncodeUnsupported(dense.codec);
+  if (job.worker.encode_on == "device" && !why.empty()) {
+    return InvalidArgument("worker.encode_on = device: table '" + dense.name + "': " + why +
+                           " (use encode_on auto or host)");
+  }
+  o.encode_on_device = job.worker.encode_on != "host" && why.empty();
+  o.encode_why = o.encode_on_device ? "codec " + dense.codec.type + " (" + dense.codec.granularity + ") on the device"
+                 : job.worker.encode_on == "host" ? "worker.encode_on = host" : why;
   return o;
 }
+
+std::string DeviceEncodeUnsupported(const codec::CodecConfig& c) {
+  if (c.type != "topk") return "codec " + c.type + " is encoded on the host (the device path does topk)";
+  if (c.topk_method != "exact") return "topk_method " + c.topk_method + " is encoded on the host (device: exact)";
+  if (c.select != "magnitude") return "select " + c.select + " is encoded on the host (device: magnitude)";
+  if (c.clip_norm > 0.0f) return "clip_norm is encoded on the host (the device path does not clip)";
+  return "";
+}
+
 
 Status CheckCacheFits(uint64_t capacity_rows, int dim, size_t free_bytes, const std::string& device_name) {
   const double cache_bytes = static_cast<double>(capacity_rows) * dim * sizeof(float);

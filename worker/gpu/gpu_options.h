@@ -21,6 +21,10 @@
 //              step's pushes are sent.
 //   reader     synthetic data: worker.data_threads generators and a pool of
 //              worker.data_pool_batches; other sources: one reader thread, no pool.
+//   encode     encode_on_device: worker.encode_on device, or auto when the dense table's codec is
+//              one the device path encodes exactly as the host (DeviceEncodeUnsupported ""); host,
+//              or auto with codec none or another codec: on the host. device with such a codec:
+//              InvalidArgument naming worker.encode_on and why.
 //   buckets    dense_bucket_bytes rounded down to whole chunks of the dense table (at least one
 //              chunk); a dense table without chunks (chunk_floats 0) is one chunk.
 //
@@ -31,6 +35,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/codec/codec_config.h"
 #include "job/job_config.h"
 #include "common/status.h"
 #include "worker/cache/row_cache.h"
@@ -64,7 +69,13 @@ struct GpuOptions {
   size_t chunk_floats = 0;  // the dense table's chunk (num_dense_params when it has none)
   size_t bucket_floats = 0; // a dense gradient bucket: whole chunks
   BatchReaderOptions reader;
+  bool encode_on_device = false;  // the dense table's codec runs on the device (device_encoder.h)
+  std::string encode_why;         // for the log line: why it runs where it runs
 };
+
+// "" when the GPU worker's device path (worker/gpu/device_encoder.h) encodes `config` exactly as
+// DenseCompressor does, else why it cannot (e.g. "codec onebit is encoded on the host").
+std::string DeviceEncodeUnsupported(const codec::CodecConfig& config);
 
 // OK when the GPU loop can train job's model (model.type dlrm), else InvalidArgument naming it.
 Status CheckGpuModel(const config::JobConfig& job);

@@ -34,6 +34,7 @@
 #include "worker/cuda/dlrm/gpu_dlrm.h"
 #include "worker/gpu/batch_reader.h"
 #include "worker/gpu/bucket_plan.h"
+#include "worker/gpu/device_encoder.h"
 #include "worker/gpu/gpu_options.h"
 #include "worker/gpu/host_group.h"
 #include "worker/gpu/param_exchange.h"
@@ -96,7 +97,8 @@ class GpuTrainer final : public TrainLoop {
   // enqueues it.
   Status Compute(StepInput* in);
   // Comm thread: for each stage as the main thread posts it, reduce (host group) and copy the
-  // stage's gradients to the host on comm_stream_.
+  // stage's gradients to the host on comm_stream_ -- or, with device encoding, enqueue the
+  // encode of the servers whose last bucket it is (only their payloads are copied).
   Status CommStep(int64_t step);
   // Pusher thread: sends each stage's pushes once its gradients are on the host.
   Status PushStep(int64_t step);
@@ -129,6 +131,9 @@ class GpuTrainer final : public TrainLoop {
   std::unique_ptr<models::Dlrm> cpu_model_;  // InitDense, sizes
   std::unique_ptr<ShardedRowCache> cache_;   // the planner's
   std::unique_ptr<BatchReader> reader_;
+  // Dense compression on the device (opt_.encode_on_device): the comm thread enqueues each
+  // server's encode once its last bucket is reduced, the pusher takes the frames.
+  std::unique_ptr<DeviceDenseEncoder> device_encoder_;
   std::unique_ptr<StageBoard> board_;
   int dim_ = 0, num_sparse_ = 0, num_dense_features_ = 0;
   size_t num_params_ = 0;

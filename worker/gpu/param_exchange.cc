@@ -6,7 +6,7 @@ ParamExchange::ParamExchange(const config::JobConfig& job, int rank, Client* cli
     : job_(job), rank_(rank), client_(client) {}
 
 ParamExchange::~ParamExchange() {
-  if (compressor_) (void)client_->SetEncoder(dense_table_, nullptr);  // the client owns it
+  if (compressor_ && !device_compressor_) (void)client_->SetEncoder(dense_table_, nullptr);  // the client owns it
 }
 
 Status ParamExchange::Init() {
@@ -16,9 +16,20 @@ Status ParamExchange::Init() {
   return Status::OK();
 }
 
-Status ParamExchange::InstallCodecs(const codec::TensorLayout& dense_layout) {
+Status ParamExchange::InstallCodecs(const codec::TensorLayout& dense_layout, bool dense_on_device) {
   const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
-  OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(dense, dense_table_, rank_ + 1, client_, dense_layout));
+  if (dense_on_device && dense.codec.type != "none") {
+    // The same checks SetTableCodecs makes, without installing the compressor on the client.
+    if (!dense_layout.empty()) {
+      if (Status s = codec::ValidateTensorLayout(dense_layout, dense_spec().size()); !s.ok()) {
+        return InvalidArgument("table '" + dense_spec().name() + "': " + s.message());
+      }
+    }
+    OSPREY_ASSIGN_OR_RETURN(device_compressor_, DenseCompressor::Create(dense.codec, rank_ + 1, dense_layout));
+    compressor_ = device_compressor_.get();
+  } else {
+    OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(dense, dense_table_, rank_ + 1, client_, dense_layout));
+  }
   const config::TableConfig& sparse = job_.tables[job_.TableIndex(job_.model.sparse_table)];
   return SetTableCodecs(sparse, sparse_table_, rank_ + 1, client_).status();
 }
@@ -55,6 +66,10 @@ void ParamExchange::PushRows(int64_t step, const uint64_t* keys, size_t n, const
 
 void ParamExchange::PushDense(int64_t step, const float* grads, uint64_t version, const std::vector<bool>& servers) {
   step_tickets_.push_back(client_->PushDense(dense_table_, grads, step, version, servers));
+}
+
+void ParamExchange::PushDenseEncoded(int64_t step, const std::vector<EncodedDenseFrame>& frames, uint64_t version) {
+  step_tickets_.push_back(client_->PushDenseEncoded(dense_table_, frames, step, version));
 }
 
 void ParamExchange::EndStep(int64_t step) {

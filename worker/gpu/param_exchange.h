@@ -39,8 +39,10 @@ class ParamExchange {
   Status Init();
   // Installs the tables' codecs on the client: the dense table's compressor (when its codec is
   // not none, seeded by rank + 1; `dense_layout`: the model's tensors, for granularity "layer") and
-  // the sparse table's row codecs. Call before training.
-  Status InstallCodecs(const codec::TensorLayout& dense_layout);
+  // the sparse table's row codecs. With dense_on_device the dense compressor is not installed:
+  // the exchange keeps it for the device encoder's bookkeeping (compressor()), and the dense
+  // pushes come encoded (PushDenseEncoded). Call before training. Errors: SetTableCodecs'.
+  Status InstallCodecs(const codec::TensorLayout& dense_layout, bool dense_on_device = false);
   // Gives the dense table its initial values (every worker sends the same; the first wins).
   Status InitDense(const float* values);
 
@@ -49,6 +51,11 @@ class ParamExchange {
   int num_servers() const { return num_servers_; }  // of the shard map, at Init
   const proto::TableSpec& dense_spec() const;
   CompressionStats compression_stats() const;
+  // The dense table's compressor (null with codec none); owned by the client, or by the exchange
+  // when the dense table is encoded on the device.
+  DenseCompressor* compressor() const { return compressor_; }
+  // The dense table's messages, one per server holding chunks (Client::dense_routes).
+  const std::vector<DenseRoute>& dense_routes() const { return client_->dense_routes(dense_table_); }
 
   // The pulls of `step`, in flight together: the rows of keys[0, n) into rows (n x dim floats),
   // and the dense parameters into params -- all of them when own_servers is null, else only the
@@ -64,6 +71,8 @@ class ParamExchange {
   void PushRows(int64_t step, const uint64_t* keys, size_t n, const float* grads, const int32_t* server_counts,
                 uint64_t version);
   void PushDense(int64_t step, const float* grads, uint64_t version, const std::vector<bool>& servers);
+  // The same for server messages already encoded (the device path; Client::PushDenseEncoded).
+  void PushDenseEncoded(int64_t step, const std::vector<EncodedDenseFrame>& frames, uint64_t version);
   void EndStep(int64_t step);
   // Waits for the pushes of steps <= through (all: INT64_MAX); returns the first error.
   Status WaitPushes(int64_t through);
@@ -78,7 +87,8 @@ class ParamExchange {
   Client* const client_;
   uint32_t sparse_table_ = 0, dense_table_ = 0;
   int num_servers_ = 1;
-  DenseCompressor* compressor_ = nullptr;  // owned by the client (SetTableCodecs)
+  DenseCompressor* compressor_ = nullptr;  // owned by the client (SetTableCodecs) or by device_compressor_
+  std::unique_ptr<DenseCompressor> device_compressor_;  // dense on the device: not installed
   // The push thread's own (see Thread-safety): the step being pushed, and the steps in flight,
   // oldest first.
   std::vector<Ticket> step_tickets_;

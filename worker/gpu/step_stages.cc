@@ -241,7 +241,16 @@ Status GpuTrainer::CommStep(int64_t step) {
       OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.start, comm_stream_));
       if (host_group_) OSPREY_RETURN_IF_ERROR(host_group_->Reduce(bucket.ranges, d, comm_stream_, step, stage));
       OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.end, comm_stream_));
+      if (device_encoder_) {
+        // The servers whose last bucket this is have all their chunks final on this stream.
+        for (size_t server = 0; server < bucket.push_servers.size(); ++server) {
+          if (!bucket.push_servers[server]) continue;
+          OSPREY_RETURN_IF_ERROR(
+              device_encoder_->Enqueue(static_cast<int>(server), d, static_cast<int>(step % 2), comm_stream_));
+        }
+      }
       for (const OwnedRange& r : bucket.own) {
+        if (device_encoder_) break;  // the encoder copies only the payloads
         OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(g.h_dense.as<float>() + r.first, d + r.first,
                                                     r.count * sizeof(float), cudaMemcpyDeviceToHost, comm_stream_));
       }
@@ -275,7 +284,19 @@ Status GpuTrainer::PushStep(int64_t step) {
       nccl_s += ms * 1e-3;
     }
     const DenseBucket& bucket = plan_.buckets[stage];
-    if (bucket.any_push) exchange_.PushDense(step, g.h_dense.as<float>(), in->dense_version, bucket.push_servers);
+    if (!bucket.any_push) continue;
+    if (!device_encoder_) {
+      exchange_.PushDense(step, g.h_dense.as<float>(), in->dense_version, bucket.push_servers);
+      continue;
+    }
+    std::vector<EncodedDenseFrame> frames;
+    for (size_t server = 0; server < bucket.push_servers.size(); ++server) {
+      if (!bucket.push_servers[server]) continue;
+      OSPREY_ASSIGN_OR_RETURN(EncodedDenseFrame f,
+                              device_encoder_->Take(static_cast<int>(server), static_cast<int>(step % 2)));
+      frames.push_back(std::move(f));
+    }
+    exchange_.PushDenseEncoded(step, frames, in->dense_version);
   }
   exchange_.EndStep(step);
   nccl_reduce_seconds_ += nccl_s;
