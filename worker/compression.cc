@@ -263,16 +263,19 @@ std::vector<uint32_t> DenseCompressor::StartExternal(uint32_t table, int server,
 Status DenseCompressor::RecordExternal(uint32_t table, int server, size_t n, const codec::EncodedView& frame,
                                        const float* samples, size_t num_samples, double encode_seconds) {
   MutexLock lock(&mu_);
+  if (frame.meta.codec != codec::CodecId::kNone) {
+    auto it = streams_.find({table, server});
+    if (it == streams_.end() || it->second.length != n) {
+      return FailedPrecondition("compression: external stream (table " + std::to_string(table) + ", server " +
+                                std::to_string(server) + ") not started for " + std::to_string(n) + " floats");
+    }
+    OSPREY_RETURN_IF_ERROR(diagnostics_.ObserveSamples({table, server}, samples, num_samples, n, frame));
+  }
   ++stats_.messages;
   stats_.bytes_raw += n * sizeof(float);
   stats_.bytes_encoded += frame.size;
   if (frame.meta.codec == codec::CodecId::kNone) return Status::OK();
   auto it = streams_.find({table, server});
-  if (it == streams_.end() || it->second.length != n) {
-    return FailedPrecondition("compression: external stream (table " + std::to_string(table) + ", server " +
-                              std::to_string(server) + ") not started for " + std::to_string(n) + " floats");
-  }
-  OSPREY_RETURN_IF_ERROR(diagnostics_.ObserveSamples({table, server}, samples, num_samples, n, frame));
   stats_.encode_seconds += encode_seconds;
   ++stats_.compressed_messages;
   stats_.last_density = n > 0 ? static_cast<double>(frame.meta.count) / static_cast<double>(n) : 1.0;

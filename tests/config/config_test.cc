@@ -251,5 +251,16 @@ TEST(JobConfigTest, LimitsSectionHasDefaultsAndIsValidated) {
               "max_frame_bytes (65536)");
 }
 
+// GPU device-side dense compression: worker.encode_on (worker/gpu/device_encoder.h).
+TEST(JobConfigTest, EncodeOnIsAutoDeviceOrHost) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml", {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->worker.encode_on, "auto");
+  job = ParseJobConfig(kMinimal, "test.yaml", {"worker.encode_on=host"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->worker.encode_on, "host");
+  ExpectError(kMinimal, {"worker.encode_on=gpu"}, "worker.encode_on: 'gpu' is not one of");
+}
+
 }  // namespace
 }  // namespace osprey::config

@@ -147,6 +147,37 @@ TEST(GpuWorkerTest, SmallDenseBucketsAndThreePullersGiveTheSameModelInBsp) {
   EXPECT_NEAR(JsonNumber(one.json, "logloss"), JsonNumber(many.json, "logloss"), 0.001);
 }
 
+// Dense top-k encoded on the device (worker/gpu/device_encoder.h) sends the frames the host
+// compressor sends for the same gradients (tests/worker/device_encoder_test.cc checks the bytes),
+// so in bsp the run must be the host-encoded run; the worker's log says where it encoded.
+TEST(GpuWorkerTest, DenseTopKEncodedOnTheDeviceIsTheHostEncodedRun) {
+  for (const char* granularity : {"tensor", "layer"}) {
+    SCOPED_TRACE(granularity);
+    const std::string topk = std::string(kBsp) +
+                             " --set worker.device=cuda --set tables.1.chunk_floats=1024"
+                             " --set tables.1.codec.type=topk --set tables.1.codec.density=0.05"
+                             " --set tables.1.codec.error_feedback=true --set tables.1.codec.min_compress_bytes=4096"
+                             " --set tables.1.codec.granularity=" + granularity;
+    Launch device = LaunchJob(std::string("gpu-encode-device-") + granularity, topk + " --set worker.encode_on=device");
+    SKIP_WITHOUT_GPU(device);
+    Launch host = LaunchJob(std::string("gpu-encode-host-") + granularity, topk + " --set worker.encode_on=host");
+    ASSERT_EQ(host.rc, 0) << host.output << host.worker0;
+    EXPECT_NE(device.worker0.find("dense gradient encoded on the device"), std::string::npos) << device.worker0;
+    EXPECT_NE(host.worker0.find("dense gradient encoded on the host: worker.encode_on = host"), std::string::npos)
+        << host.worker0;
+    EXPECT_NEAR(JsonNumber(device.json, "auc"), JsonNumber(host.json, "auc"), 0.001);
+    EXPECT_NEAR(JsonNumber(device.json, "logloss"), JsonNumber(host.json, "logloss"), 0.001);
+  }
+}
+
+TEST(GpuWorkerTest, EncodeOnDeviceWithACodecItCannotEncodeIsAClearError) {
+  Launch l = LaunchJob("gpu-encode-onebit", " --set worker.device=cuda --set train.steps=5 --set train.eval_samples=0"
+                                            " --set tables.1.codec.type=onebit --set worker.encode_on=device");
+  if (NoGpu(l)) GTEST_SKIP() << "no usable GPU here: " << l.logs;
+  EXPECT_NE(l.rc, 0);
+  EXPECT_NE((l.output + l.worker0).find("worker.encode_on = device"), std::string::npos) << l.output << l.worker0;
+}
+
 // A pool as large as the run serves step t batch t % pool = t: exactly the fresh stream.
 TEST(GpuWorkerTest, DataPoolAsLongAsTheRunIsTheFreshStream) {
   Launch fresh = LaunchJob("gpu-fresh", std::string(kBsp) + " --set worker.device=cuda");

@@ -74,7 +74,7 @@ void RunCase(const Case& c, int steps) {
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   ASSERT_TRUE(books.ok());
   const std::vector<DenseRoute> routes = Routes(c.tail);
-  auto dev = DeviceDenseEncoder::Create(books->get(), kTable, routes, /*chunk=*/4096);
+  auto dev = DeviceDenseEncoder::Create(books->get(), kTable, routes, /*chunk=*/1000);
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
