@@ -20,15 +20,23 @@ namespace {
 constexpr uint64_t kChunk = 1024;
 constexpr uint32_t kTable = 0;
 
-// Chunks 0..9 of kChunk floats: server 0 holds {0, 1, 2, 5, 6, 9} (two runs and a single),
-// server 1 {3, 4, 7, 8}; with `tail` a short chunk 10 of 100 floats is server 2's whole message
-// (contiguous, and small enough to fall below min_compress_bytes).
-std::vector<DenseRoute> Routes(bool tail) {
-  const std::vector<std::vector<uint64_t>> owned = tail ? std::vector<std::vector<uint64_t>>{{0, 1, 2, 5, 6, 9},
-                                                                                             {3, 4, 7, 8},
-                                                                                             {10}}
-                                                        : std::vector<std::vector<uint64_t>>{{0, 1, 2, 5, 6, 9},
-                                                                                             {3, 4, 7, 8}};
+enum class Servers { kTwo, kTwoAndATail, kOne };
+
+// Chunks 0..9 of kChunk floats. kTwo: server 0 holds {0, 1, 2, 5, 6, 9} (two runs and a
+// single), server 1 {3, 4, 7, 8}; kTwoAndATail adds a short chunk 10 of 100 floats, server 2's
+// whole message (contiguous, small enough to fall below min_compress_bytes); kOne: one server
+// holds all ten (one contiguous message, read in place).
+std::vector<std::vector<uint64_t>> Owned(Servers layout) {
+  switch (layout) {
+    case Servers::kTwo: return {{0, 1, 2, 5, 6, 9}, {3, 4, 7, 8}};
+    case Servers::kTwoAndATail: return {{0, 1, 2, 5, 6, 9}, {3, 4, 7, 8}, {10}};
+    case Servers::kOne: return {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  }
+  return {};
+}
+
+std::vector<DenseRoute> Routes(Servers layout) {
+  const std::vector<std::vector<uint64_t>> owned = Owned(layout);
   std::vector<DenseRoute> routes;
   for (size_t s = 0; s < owned.size(); ++s) {
     DenseRoute r;
@@ -38,13 +46,13 @@ std::vector<DenseRoute> Routes(bool tail) {
       r.ranges.emplace_back(c * kChunk, len);
       r.floats += len;
     }
-    r.contiguous = owned[s].size() == 1;
+    r.contiguous = owned[s].back() - owned[s].front() + 1 == owned[s].size();
     routes.push_back(std::move(r));
   }
   return routes;
 }
 
-uint64_t TableFloats(bool tail) { return 10 * kChunk + (tail ? 100 : 0); }
+uint64_t TableFloats(Servers layout) { return 10 * kChunk + (layout == Servers::kTwoAndATail ? 100 : 0); }
 
 // Tensors of very different sizes that cross chunk and server boundaries.
 codec::TensorLayout Layout(uint64_t total) {
@@ -62,18 +70,18 @@ codec::TensorLayout Layout(uint64_t total) {
 struct Case {
   const char* name;
   codec::CodecConfig config;
-  bool tail = false;
+  Servers servers = Servers::kTwo;
 };
 
 void RunCase(const Case& c, int steps) {
   SCOPED_TRACE(c.name);
-  const uint64_t total = TableFloats(c.tail);
+  const uint64_t total = TableFloats(c.servers);
   const codec::TensorLayout layout = c.config.granularity == "layer" ? Layout(total) : codec::TensorLayout{};
   auto cpu = DenseCompressor::Create(c.config, 7, layout);
   auto books = DenseCompressor::Create(c.config, 7, layout);  // the device path's bookkeeping
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   ASSERT_TRUE(books.ok());
-  const std::vector<DenseRoute> routes = Routes(c.tail);
+  const std::vector<DenseRoute> routes = Routes(c.servers);
   auto dev = DeviceDenseEncoder::Create(books->get(), kTable, routes, /*chunk=*/1000);
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   cudaStream_t stream = nullptr;
@@ -191,17 +199,23 @@ TEST(DeviceEncoderTest, WithoutErrorFeedbackAndASmallMessageAsFp32) {
   codec::CodecConfig c = TopK("tensor");
   c.error_feedback = false;
   c.min_compress_bytes = 4096;  // server 2's 100 floats go as plain fp32
-  RunCase({"no ef, fp32 tail", c, /*tail=*/true}, 4);
+  RunCase({"no ef, fp32 tail", c, Servers::kTwoAndATail}, 4);
 }
 
-TEST(DeviceEncoderTest, RefusesCodecsItCannotEncode) {
+TEST(DeviceEncoderTest, OneServersContiguousMessageIsReadInPlace) {
   OSPREY_REQUIRE_GPU();
+  RunCase({"one server, layer", TopK("layer"), Servers::kOne}, 5);
+  RunCase({"one server, bucket", TopK("bucket"), Servers::kOne}, 5);
+}
+
+// Refused before any device work, so this one also runs without a GPU.
+TEST(DeviceEncoderTest, RefusesCodecsItCannotEncode) {
   codec::CodecConfig c = TopK("tensor");
   c.topk_method = "sample";
   EXPECT_NE(DeviceEncodeUnsupported(c), "");
   auto comp = DenseCompressor::Create(c, 7);
   ASSERT_TRUE(comp.ok());
-  auto dev = DeviceDenseEncoder::Create(comp->get(), kTable, Routes(false));
+  auto dev = DeviceDenseEncoder::Create(comp->get(), kTable, Routes(Servers::kTwo));
   EXPECT_EQ(dev.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(DeviceEncodeUnsupported(TopK("layer")), "");
   codec::CodecConfig onebit;

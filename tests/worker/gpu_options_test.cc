@@ -240,7 +240,7 @@ TEST(GpuOptionsTest, ExactTopKEncodesOnTheDeviceUnlessTheConfigSaysHost) {
   job.tables[1].codec.granularity = "layer";
   GpuOptions o = Resolve(job);
   EXPECT_TRUE(o.encode_on_device);
-  EXPECT_NE(o.encode_why.find("device"), std::string::npos) << o.encode_why;
+  EXPECT_NE(o.encode_why.find("top-k of granularity layer"), std::string::npos) << o.encode_why;
   job.worker.encode_on = "host";
   o = Resolve(job);
   EXPECT_FALSE(o.encode_on_device);
@@ -249,8 +249,9 @@ TEST(GpuOptionsTest, ExactTopKEncodesOnTheDeviceUnlessTheConfigSaysHost) {
 
 TEST(GpuOptionsTest, CodecsTheDeviceCannotEncodeStayOnTheHostOrFailWhenDeviceIsAsked) {
   config::JobConfig job = Job();
+  const codec::CodecConfig defaults;
   for (const char* type : {"onebit", "randomk", "fp16"}) {
-    job.tables[1].codec = codec::CodecConfig{};
+    job.tables[1].codec = defaults;
     job.tables[1].codec.type = type;
     job.worker.encode_on = "auto";
     GpuOptions o = Resolve(job);
@@ -262,7 +263,7 @@ TEST(GpuOptionsTest, CodecsTheDeviceCannotEncodeStayOnTheHostOrFailWhenDeviceIsA
     EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(bad.status().message().find("worker.encode_on = device"), std::string::npos) << bad.status().message();
   }
-  job.tables[1].codec = codec::CodecConfig{};
+  job.tables[1].codec = defaults;
   job.tables[1].codec.type = "topk";
   job.tables[1].codec.topk_method = "sample";
   job.worker.encode_on = "auto";

@@ -101,7 +101,8 @@ StatusOr<std::unique_ptr<DeviceDenseEncoder>> DeviceDenseEncoder::Create(DenseCo
                              std::to_string(m->n) + " floats exceeds u32 indices");
     }
     m->compress = m->n > 0 && m->n * sizeof(float) >= c.min_compress_bytes;
-    OSPREY_RETURN_IF_ERROR(AllocateDevice<float>(&m->d_msg, m->n, "device encode: message"));
+    // A message that is one run of the table is read in place; others are gathered.
+    if (m->ranges.size() > 1) OSPREY_RETURN_IF_ERROR(AllocateDevice<float>(&m->d_msg, m->n, "device encode: message"));
     for (int s = 0; s < kSlots; ++s) {
       OSPREY_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m->start[s]));
       OSPREY_CUDA_RETURN_IF_ERROR(cudaEventCreate(&m->end[s]));
@@ -169,23 +170,30 @@ Status DeviceDenseEncoder::Enqueue(int server, const float* d_grad, int slot, vo
                            std::to_string(slot));
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  // The message's chunks, back to back (one copy per run of adjacent chunks).
-  size_t at = 0;
-  for (const auto& [first, len] : m->ranges) {
-    OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m->d_msg.as<float>() + at, d_grad + first, len * sizeof(float),
-                                                cudaMemcpyDeviceToDevice, s));
-    at += len;
+  // The message's floats: in place when it is one run, else its runs back to back in d_msg.
+  const float* msg = d_grad + (m->ranges.empty() ? 0 : m->ranges[0].first);
+  if (m->ranges.size() > 1) {
+    size_t at = 0;
+    for (const auto& [first, len] : m->ranges) {
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m->d_msg.as<float>() + at, d_grad + first, len * sizeof(float),
+                                                  cudaMemcpyDeviceToDevice, s));
+      at += len;
+    }
+    msg = m->d_msg.as<float>();
   }
   m->pending[slot] = true;
   if (!m->compress) {
     m->count[slot] = m->n;
     OSPREY_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(m->h_payload[slot].data(), m->d_msg.data(), m->n * sizeof(float), cudaMemcpyDeviceToHost, s));
+        cudaMemcpyAsync(m->h_payload[slot].data(), msg, m->n * sizeof(float), cudaMemcpyDeviceToHost, s));
     return Status::OK();
   }
   const codec::CodecConfig& c = compressor_->config();
   const double density = codec::DensitySchedule(c.schedule, c.density).DensityAt(m->step);
-  if (density != m->density) {  // the schedule moved: new k per unit (uploads from pageable memory)
+  if (density != m->density) {
+    // The schedule moved: new k per unit. Uploaded from pageable memory, which the runtime stages
+    // before the call returns, so the host vectors may change at the next step; this waits for
+    // the stream's earlier work, which only schedule steps pay.
     m->density = density;
     m->ks = cuda::LayerKs(m->sizes, density, m->min_k);
     m->outs = {0};
@@ -201,7 +209,7 @@ Status DeviceDenseEncoder::Enqueue(int server, const float* d_grad, int slot, vo
   const uint64_t total = m->outs.back();
   m->count[slot] = total;
   cuda::EfTensor t;
-  t.grad = m->d_msg.as<float>();
+  t.grad = msg;
   t.residual = c.error_feedback ? m->d_residual.as<float>() : nullptr;
   t.momentum = c.dgc_momentum > 0.0f ? m->d_momentum.as<float>() : nullptr;
   t.momentum_factor = c.dgc_momentum;
@@ -217,7 +225,7 @@ Status DeviceDenseEncoder::Enqueue(int server, const float* d_grad, int slot, vo
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m->h_payload[slot].data(), m->d_payload.data(),
                                               total * (4 + codec::ValueBytes(type)), cudaMemcpyDeviceToHost, s));
   if (!m->positions.empty()) {
-    OSPREY_RETURN_IF_ERROR(cuda::GatherRows(m->d_msg.as<float>(), m->d_positions.as<int32_t>(),
+    OSPREY_RETURN_IF_ERROR(cuda::GatherRows(msg, m->d_positions.as<int32_t>(),
                                             static_cast<int>(m->positions.size()), 1, m->d_samples.as<float>(), s));
     OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m->h_samples[slot].data(), m->d_samples.data(),
                                                 m->positions.size() * sizeof(float), cudaMemcpyDeviceToHost, s));

@@ -87,7 +87,7 @@ StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuMo
                            " (use encode_on auto or host)");
   }
   o.encode_on_device = job.worker.encode_on != "host" && why.empty();
-  o.encode_why = o.encode_on_device ? "codec " + dense.codec.type + " (" + dense.codec.granularity + ") on the device"
+  o.encode_why = o.encode_on_device ? "exact top-k of granularity " + dense.codec.granularity + ", residual on the device"
                  : job.worker.encode_on == "host" ? "worker.encode_on = host" : why;
   return o;
 }
