@@ -154,7 +154,7 @@ TEST(GpuWorkerTest, DenseTopKEncodedOnTheDeviceIsTheHostEncodedRun) {
   for (const char* granularity : {"tensor", "layer"}) {
     SCOPED_TRACE(granularity);
     const std::string topk = std::string(kBsp) +
-                             " --set worker.device=cuda --set tables.1.chunk_floats=1024"
+                             " --set worker.device=cuda --set train.steps=300 --set tables.1.chunk_floats=1024"
                              " --set tables.1.codec.type=topk --set tables.1.codec.density=0.05"
                              " --set tables.1.codec.error_feedback=true --set tables.1.codec.min_compress_bytes=4096"
                              " --set tables.1.codec.granularity=" + granularity;
