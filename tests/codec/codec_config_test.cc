@@ -168,7 +168,7 @@ TEST(CodecConfigTest, AdaptiveRatioBoundsAndCodecAreChecked) {
   for (const char* type : {"none", "fp16", "onebit"}) {
     bad = c;
     bad.type = type;
-    ExpectRejected(bad, "adaptive_ratio", std::string("needs type topk or randomk, not ") + type);
+    ExpectRejected(bad, "adaptive_ratio", std::string("(a density to move), not ") + type);
   }
   c.type = "randomk";
   EXPECT_TRUE(MakeCodec(c).ok());
