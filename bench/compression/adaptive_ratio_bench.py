@@ -5,7 +5,7 @@ Runs `osprey launch configs/local-topk.yaml` with 2 workers, worker 1's pushes t
 test-only ThrottledTransport (worker.debug_throttle_bytes_per_sec), a wide MLP so the dense push
 dominates the bytes, top-k density 0.2 + EF: once with the fixed density and once with
 adaptive_ratio {min 0.01, max 0.2}, alternating, --repeats times, in the given consistency mode;
-prints per run and the median of each: job samples/s, AUC, bytes pushed, worker 1's final density.
+prints per run and the median of each: job samples/s, AUC, bytes pushed, both workers' final densities.
 
   python3 bench/compression/adaptive_ratio_bench.py [--bin build-cpu/bin] [--repeats 3] [--mode async|bsp]
 """
@@ -39,9 +39,9 @@ def run(binary_dir, sets):
             return json.load(f)
 
 
-def slow_density(r):
+def density(r, rank):
     for a in r.get("adaptive_ratio", []):
-        if a["rank"] == 1:
+        if a["rank"] == rank:
             return a["final_density"]
     return 0.2
 
@@ -62,16 +62,18 @@ def main():
             r = run(args.bin, base + extra)
             rows[name].append(r)
             print(f"run {i} {name:8s} {r['samples_per_sec']:8.0f} samples/s  AUC {r['auc']:.4f}  "
-                  f"pushed {r['bytes_pushed'] / 2**20:7.1f} MiB  worker 1 density {slow_density(r):.4f}",
+                  f"pushed {r['bytes_pushed'] / 2**20:7.1f} MiB  final density worker 0 {density(r, 0):.4f}, "
+                  f"worker 1 {density(r, 1):.4f}",
                   flush=True)
     print(f"\nmode {args.mode}, {args.steps} steps, worker 1 throttled to {args.rate / 1e6:g} MB/s, "
           f"median of {args.repeats}:")
-    print("| ratio | samples/s | AUC | bytes pushed | worker 1 final density |")
+    print("| ratio | samples/s | AUC | bytes pushed | final density worker 0 / worker 1 (throttled) |")
     print("| --- | --- | --- | --- | --- |")
     for name, rs in rows.items():
         med = lambda k: statistics.median(r[k] for r in rs)
         print(f"| {name} | {med('samples_per_sec'):.0f} | {med('auc'):.4f} | "
-              f"{med('bytes_pushed') / 2**20:.1f} MiB | {statistics.median(slow_density(r) for r in rs):.4f} |")
+              f"{med('bytes_pushed') / 2**20:.1f} MiB | {statistics.median(density(r, 0) for r in rs):.4f} / "
+              f"{statistics.median(density(r, 1) for r in rs):.4f} |")
 
 
 if __name__ == "__main__":
