@@ -1,10 +1,12 @@
 // The adaptive per-node ratio (issue 18) through the real binaries: `osprey launch` of a 2-worker
 // top-k job whose worker 1 pushes through a slow uplink (the test-only ThrottledTransport,
 // worker.debug_throttle_rank / debug_throttle_bytes_per_sec), once with a fixed density and once
-// with codec.adaptive_ratio. Worker 1 is network-bound and slower than the median, so its density
-// must fall within [min_density, max_density] while worker 0's stays; the job's samples/s must
-// beat the fixed ratio's (a comparison of two runs on the same machine, not a timed bound), and
-// the held-out AUC must stay within 0.003 of the fixed run's.
+// with codec.adaptive_ratio, in bsp (the slowest worker sets every step's pace, and the fixed run
+// is repeatable bit for bit, so the AUC comparison is not run-to-run noise). Worker 1 is
+// network-bound and slower than the median, so its density must fall within [min_density,
+// max_density] while worker 0's stays; the job's samples/s must beat the fixed ratio's (a
+// comparison of two runs on the same machine, not a timed bound), and the held-out AUC must not
+// fall more than 0.003 below the fixed run's.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -28,7 +30,8 @@ const char* const kJob =
     " --set train.batch_size=64 --set train.eval_samples=20000"
     " --set tables.embeddings.dim=4 --set model.embedding_dim=4 --set model.bottom_mlp=[64,4]"
     " --set model.top_mlp=[256,1] --set tables.mlp.codec.density=0.2"
-    " --set worker.debug_throttle_rank=1 --set worker.debug_throttle_bytes_per_sec=4000000";
+    " --set worker.debug_throttle_rank=1 --set worker.debug_throttle_bytes_per_sec=4000000"
+    " --set tables.embeddings.consistency.mode=bsp --set tables.mlp.consistency.mode=bsp";
 
 struct Launched {
   std::string json, out;
@@ -83,7 +86,7 @@ TEST(AdaptiveRatioLaunchTest, SlowWorkerLowersItsDensityAndTheJobGetsFaster) {
   EXPECT_LT(JsonNumber(adaptive.json, "bytes_pushed"), JsonNumber(fixed.json, "bytes_pushed"));
   const double fixed_auc = JsonNumber(fixed.json, "auc");
   const double adaptive_auc = JsonNumber(adaptive.json, "auc");
-  EXPECT_NEAR(adaptive_auc, fixed_auc, 0.003);
+  EXPECT_GE(adaptive_auc, fixed_auc - 0.003) << "fixed " << fixed_auc << " adaptive " << adaptive_auc;
   std::printf("fixed: %.0f samples/s, AUC %.4f; adaptive: %.0f samples/s, AUC %.4f, worker 1 density %.4f (min %.4f)\n",
               fixed_rate, fixed_auc, adaptive_rate, adaptive_auc, slow_final, slow_min);
 }
