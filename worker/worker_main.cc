@@ -148,6 +148,14 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
     }
     OSPREY_LOG_INFO("worker {} dense push density by step: {}", rank, points);
   }
+  if (report.adaptive_ratio()) {
+    OSPREY_LOG_INFO("worker {} adaptive ratio: density {:.4g} (range {:.4g}-{:.4g}, {} changes{}), own step "
+                    "{:.1f} ms vs job median {:.1f} ms",
+                    rank, report.adaptive_final_density(), report.adaptive_min_density(),
+                    report.adaptive_max_density(), report.adaptive_changes(),
+                    report.adaptive_cheap_select() ? ", sampled selection" : "",
+                    1e3 * report.adaptive_step_seconds(), 1e3 * report.adaptive_median_step_seconds());
+  }
 }
 
 // Init, train, the train-done barrier, evaluation and the report; returns the exit code.
