@@ -279,6 +279,8 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->loss = hb.loss();
   node->samples = hb.samples();
   node->compression_warning = hb.compression_warning();
+  node->step_seconds = hb.step_seconds();
+  node->density = hb.density();
   ++node->heartbeats;
   if (shutting_down_) node->told = true;
   Reply(out, from, Snapshot());
@@ -539,8 +541,11 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_incarnation(n.incarnation);
       ns->set_replacements(n.replacements);
       ns->set_compression_warning(n.compression_warning);
+      ns->set_step_seconds(n.step_seconds);
+      ns->set_density(n.density);
     }
   }
+  s.set_median_step_seconds(MedianStepSeconds());
   s.set_shutting_down(shutting_down_);
   for (const auto& [rank, report] : reports_) *s.add_reports() = report;
   for (const auto& [rank, report] : server_reports_) *s.add_server_reports() = report;

@@ -145,6 +145,8 @@ class JobState {
     uint64_t samples = 0;
     uint64_t heartbeats = 0;  // received; lets tests wait for a node's next reports
     std::string compression_warning;  // workers: from the latest heartbeat
+    double step_seconds = 0;          // workers: Heartbeat.step_seconds (job_state_steptime.cc)
+    double density = 0;               // workers: Heartbeat.density
     bool reported = false;  // workers: WorkerReport; servers: ServerReport
     bool sends_report = false;  // servers: promised a ServerReport at registration
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
@@ -155,6 +157,10 @@ class JobState {
     Clock::time_point dead_since;
     uint32_t replacements = 0;
   };
+
+  // Median of the live workers' step_seconds (> 0 only); 0 with fewer than two of them
+  // (job_state_steptime.cc).
+  double MedianStepSeconds() const;
 
   std::vector<Node>& NodesOf(proto::Role role);
   int CountOf(proto::Role role) const;

@@ -69,6 +69,9 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.GetList("command", &job->worker.command);
     // GPU device-side dense compression.
     s.Get("encode_on", &job->worker.encode_on, {"auto", "device", "host"});
+    // Test-only slow uplink of one worker (adaptive_ratio, issue 18).
+    s.Get("debug_throttle_rank", &job->worker.debug_throttle_rank, -1, 1 << 20);
+    s.Get("debug_throttle_bytes_per_sec", &job->worker.debug_throttle_bytes_per_sec, 0, 1e12);
     s.Section("cache", [&](YamlFields& c) {
       c.Get("capacity_rows", &job->worker.cache.capacity_rows, 0, (uint64_t{1} << 31) - 1);
       c.Get("capacity_fraction", &job->worker.cache.capacity_fraction, 0, 1);

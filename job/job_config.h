@@ -90,6 +90,11 @@ struct WorkerSection {
   // else on the host; device: on the device, an error for a codec it cannot encode; host: always
   // on the host (the CPU DenseCompressor, after the gradient is copied to the host).
   std::string encode_on = "auto";
+  // FOR TESTS ONLY (adaptive_ratio's test and benchmark): the worker of rank debug_throttle_rank
+  // sends every data-plane message that carries values (pushes) through a ThrottledTransport
+  // (common/throttled_transport.h) of debug_throttle_bytes_per_sec, a slow uplink. -1 / 0: off.
+  int debug_throttle_rank = -1;
+  double debug_throttle_bytes_per_sec = 0;
   // Non-empty: `osprey launch` runs this command (argv; e.g. [python3, examples/train_dlrm.py])
   // once per worker rank instead of osprey-worker, with OSPREY_CONFIG, OSPREY_SETS,
   // OSPREY_COORDINATOR, OSPREY_RANK and OSPREY_WORLD_SIZE in its environment (osprey.connect()).

@@ -229,6 +229,7 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
   if (r.cache_lookups > 0) r.cache_hit_rate = static_cast<double>(r.cache_hits) / r.cache_lookups;
   if (samples > 0) r.bytes_per_sample = static_cast<double>(r.bytes_pushed + r.bytes_pulled) / samples;
   AddServerReports(state, &r);
+  r.adaptive = AdaptiveWorkers(state);
   r.coordinator_refused = state.coordinator_refused();
   r.coordinator_bad_requests = state.coordinator_bad_requests();
   return r;
@@ -296,6 +297,7 @@ std::string FormatReport(const JobReport& r) {
     out += buf + TrajectoryText(r.density_trajectory) + "\n";
   }
   if (!r.compression_layers.empty()) out += CompressionDiagnosticsText(r);
+  out += AdaptiveText(r);
   if (r.num_server_reports > 0) out += ServersText(r);
   if (r.coordinator_refused + r.coordinator_bad_requests > 0) {
     std::snprintf(buf, sizeof(buf),
@@ -363,7 +365,7 @@ std::string ServersJson(const JobReport& r) {
          ", \"coordinator_refused\": " + std::to_string(r.coordinator_refused) +
          ", \"coordinator_bad_requests\": " + std::to_string(r.coordinator_bad_requests) +
          ", \"staleness_histogram\": [" + hist + "]" +
-         ", \"density_trajectory\": [" + trajectory + "]";
+         ", \"density_trajectory\": [" + trajectory + "]" + AdaptiveJson(r);
 }
 
 // ", \"curve\": [...]" (see ReportJson).

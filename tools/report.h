@@ -109,6 +109,16 @@ struct JobReport {
   std::vector<uint64_t> staleness;
   // The loss curve (osprey launch's polls; empty from SummarizeReports alone).
   std::vector<CurvePoint> curve;
+  // Adaptive per-node ratio: one entry per worker whose dense codec had adaptive_ratio, by rank.
+  struct AdaptiveWorker {
+    int rank = 0;
+    double final_density = 0, min_density = 0, max_density = 0;
+    uint64_t changes = 0;
+    bool cheap_select = false;
+    double step_seconds = 0, median_step_seconds = 0;  // the last the controller compared
+    double samples_per_sec = 0;                        // this worker's samples / train_seconds
+  };
+  std::vector<AdaptiveWorker> adaptive;
 };
 
 JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds);
@@ -129,10 +139,19 @@ std::string FormatReport(const JobReport& report);
 // server_decode_seconds, server_refused, server_auth_refused, server_limit_refusals, server_bad_headers,
 // coordinator_refused, coordinator_bad_requests, staleness_histogram (an array of counts, buckets as in JobReport), then
 // density_trajectory (worker 0's: an array of {"step": N, "density": D}, [] when nothing was
-// compressed), device (a string), and last curve (an array of {"seconds", "step", "loss",
+// compressed), adaptive_ratio (see AdaptiveJson), device (a string), and last curve (an array of {"seconds", "step", "loss",
 // "samples_per_sec"} objects, [] when none was recorded); numbers that are missing or not finite are written as
 // null, since JSON has no NaN.
 std::string ReportJson(const JobReport& report);
+
+// report_adaptive.cc: the AdaptiveWorker entries of `state`'s reports, by rank; one
+// "adaptive ratio" line per entry (FormatReport appends them); and ", \"adaptive_ratio\": [...]"
+// (objects with rank, final_density, min_density, max_density, changes, cheap_select,
+// step_seconds, median_step_seconds, samples_per_sec; [] without adaptive workers), which
+// ReportJson puts after density_trajectory.
+std::vector<JobReport::AdaptiveWorker> AdaptiveWorkers(const proto::ClusterState& state);
+std::string AdaptiveText(const JobReport& report);
+std::string AdaptiveJson(const JobReport& report);
 
 // "512 B", "1.5 KiB", "3.20 GiB".
 std::string FormatBytes(uint64_t bytes);

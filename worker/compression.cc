@@ -68,7 +68,21 @@ StatusOr<std::unique_ptr<DenseCompressor>> DenseCompressor::Create(const codec::
                            ": onebit buckets must hold a multiple of onebit_chunk (" +
                            std::to_string(config.onebit_chunk) + ") floats");
   }
-  return std::unique_ptr<DenseCompressor>(new DenseCompressor(config, std::move(codec), seed, std::move(layout)));
+  std::unique_ptr<codec::Codec> cheap;
+  if (config.adaptive_ratio.enabled && config.type == "topk" && config.topk_method == "exact" &&
+      config.select == "magnitude") {
+    codec::CodecConfig sampled = config;
+    sampled.topk_method = "sample";
+    OSPREY_ASSIGN_OR_RETURN(cheap, codec::MakeCodec(sampled));
+  }
+  return std::unique_ptr<DenseCompressor>(
+      new DenseCompressor(config, std::move(codec), std::move(cheap), seed, std::move(layout)));
+}
+
+void DenseCompressor::SetAdaptive(double density, bool cheap_select) {
+  MutexLock lock(&mu_);
+  density_scale_ = density / config_.density;
+  cheap_select_ = cheap_select && cheap_codec_ != nullptr;
 }
 
 Status DenseCompressor::CheckTable(const proto::TableSpec& table) const {
@@ -193,8 +207,10 @@ void DenseCompressor::RecordDensity(uint64_t step, uint64_t selected, uint64_t l
 
 Status DenseCompressor::EncodeUnits(Stream* st, const float* grad, size_t n, codec::EncodedMeta* meta,
                                     Buffer* values) {
+  const codec::Codec& codec = cheap_select_ ? *cheap_codec_ : *codec_;
   for (Unit& u : st->units) {
-    OSPREY_RETURN_IF_ERROR(codec_->Encode(grad + u.begin, u.size, &u.state, &u.encoded));
+    u.state.density_scale = density_scale_;
+    OSPREY_RETURN_IF_ERROR(codec.Encode(grad + u.begin, u.size, &u.state, &u.encoded));
   }
   if (st->units.size() == 1) {
     // Hand the payload vector to the Buffer (no copy); the next Encode allocates a new one,
@@ -295,6 +311,11 @@ CompressionStats DenseCompressor::stats() const {
   if (last_.length > 0) out.density_trajectory.push_back({last_step_, density(last_)});
   out.diagnostics = diagnostics_.Summary();
   return out;
+}
+
+double DenseCompressor::encode_seconds() const {
+  MutexLock lock(&mu_);
+  return stats_.encode_seconds;
 }
 
 std::string DenseCompressor::warning() const {

@@ -122,16 +122,31 @@ class DenseCompressor final : public PushEncoder {
                         size_t num_samples, double encode_seconds) EXCLUDES(mu_);
   const codec::CodecConfig& config() const { return config_; }
   const codec::TensorLayout& layout() const { return layout_; }
+  // Adaptive per-node ratio (codec.adaptive_ratio, worker/adaptive_ratio.h): from the next
+  // encode on, every unit sends density x (its schedule's density / config density) -- the
+  // schedule keeps its shape, `density` replaces its end point -- and, with cheap_select, top-k
+  // selects with the sampled threshold (topk_method sample, the config's sample_rate and
+  // count_tolerance) instead of exactly; the error-feedback residual carries over unchanged.
+  // `density` must be in (0, 1]. cheap_select needs the compressor to have been created with
+  // adaptive_ratio enabled and topk exact (it is ignored otherwise).
+  void SetAdaptive(double density, bool cheap_select) EXCLUDES(mu_);
 
   CompressionStats stats() const EXCLUDES(mu_);
+  // stats().encode_seconds without building the rest (the adaptive ratio reads it every step).
+  double encode_seconds() const EXCLUDES(mu_);
   // CompressionWarning of the current diagnostics ("" when healthy); cheap enough for heartbeats.
   std::string warning() const EXCLUDES(mu_);
 
  private:
 
-  DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec, uint64_t seed,
-                  codec::TensorLayout layout)
-      : config_(config), codec_(std::move(codec)), seed_(seed), layout_(layout), diagnostics_(std::move(layout)) {}
+  DenseCompressor(const codec::CodecConfig& config, std::unique_ptr<codec::Codec> codec,
+                  std::unique_ptr<codec::Codec> cheap, uint64_t seed, codec::TensorLayout layout)
+      : config_(config),
+        codec_(std::move(codec)),
+        cheap_codec_(std::move(cheap)),
+        seed_(seed),
+        layout_(layout),
+        diagnostics_(std::move(layout)) {}
 
   struct Unit {
     codec::CodecState state;
@@ -165,6 +180,7 @@ class DenseCompressor final : public PushEncoder {
 
   const codec::CodecConfig config_;
   const std::unique_ptr<codec::Codec> codec_;
+  const std::unique_ptr<codec::Codec> cheap_codec_;  // adaptive_ratio's sampled top-k; may be null
   const uint64_t seed_;
   const codec::TensorLayout layout_;
 
@@ -177,6 +193,8 @@ class DenseCompressor final : public PushEncoder {
   StepCount last_ GUARDED_BY(mu_);                         // of last_step_
   std::vector<float> gather_ GUARDED_BY(mu_);              // non-contiguous messages, gathered
   CompressionDiagnostics diagnostics_ GUARDED_BY(mu_);
+  double density_scale_ GUARDED_BY(mu_) = 1.0;  // SetAdaptive's density / config density
+  bool cheap_select_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace osprey::worker

@@ -52,6 +52,11 @@ Status GpuTrainer::Init() {
     return InvalidArgument("train.accumulate_steps = " + std::to_string(job_.train.accumulate_steps) +
                            ": gradient accumulation runs on CPU workers only (worker.device: cpu)");
   }
+  if (int d = job_.TableIndex(job_.model.dense_table); d >= 0 && job_.tables[d].codec.adaptive_ratio.enabled) {
+    return InvalidArgument("tables[" + std::to_string(d) +
+                           "].codec.adaptive_ratio: the adaptive per-node ratio runs on CPU workers only "
+                           "(worker.device: cpu)");
+  }
   OSPREY_RETURN_IF_ERROR(InitModel());
   OSPREY_RETURN_IF_ERROR(InitDevice());
   OSPREY_ASSIGN_OR_RETURN(host_group_, NcclHostGroup::Join(job_, rank_, host_, exchange_.num_servers(), device_name_));

@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -124,6 +125,9 @@ Status Trainer::Init() {
   if (dense_index >= 0) {
     OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_,
                                                         model_->dense_tensors()));
+    const codec::CodecConfig& codec = job_.tables[dense_index].codec;
+    if (compressor_ != nullptr) density_.store(codec.density);
+    if (compressor_ != nullptr && codec.adaptive_ratio.enabled) adaptive_ = std::make_unique<AdaptiveRatio>(codec);
   }
   int sparse_index = job_.TableIndex(job_.model.sparse_table);
   if (sparse_index >= 0) {
@@ -182,8 +186,44 @@ void FillStepReport(const CompressionStats& comp, const StepTimes& t, proto::Wor
   report->set_prefetch_pull(t.pull);
 }
 
+void Trainer::AfterStep(const StepTimes& before, double encode_before, double wall_seconds) {
+  const double encode = compressor_ != nullptr ? compressor_->encode_seconds() - encode_before : 0;
+  const double own = std::max(0.0, wall_seconds - (times_.pull - before.pull));
+  const double push = std::max(0.0, times_.push - before.push - encode);
+  // ~10-step exponential averages: smooth enough to compare with the median, quick enough to
+  // see a density move within the controller's interval.
+  constexpr double kAlpha = 0.1;
+  auto average = [](std::atomic<double>* avg, double x, bool first) {
+    avg->store(first ? x : (1 - kAlpha) * avg->load() + kAlpha * x);
+  };
+  const bool first = step_seconds_.load() == 0;
+  average(&step_seconds_, own, first);
+  average(&step_push_seconds_, push, first);
+  average(&step_encode_seconds_, encode, first);
+  if (adaptive_ == nullptr) return;
+  StepSample sample;
+  sample.step = step_.load();
+  sample.own_seconds = step_seconds_.load();
+  sample.push_seconds = step_push_seconds_.load();
+  sample.encode_seconds = step_encode_seconds_.load();
+  sample.median_seconds = median_step_seconds_.load();
+  if (!adaptive_->Update(sample)) return;
+  compressor_->SetAdaptive(adaptive_->density(), adaptive_->cheap_select());
+  density_.store(adaptive_->density());
+}
+
 void Trainer::FillReport(proto::WorkerReport* report) const {
   FillStepReport(compression_stats(), times_, report);
+  if (adaptive_ != nullptr) {
+    report->set_adaptive_ratio(true);
+    report->set_adaptive_final_density(adaptive_->density());
+    report->set_adaptive_min_density(adaptive_->min_reached());
+    report->set_adaptive_max_density(adaptive_->max_reached());
+    report->set_adaptive_changes(adaptive_->changes());
+    report->set_adaptive_cheap_select(adaptive_->cheap_select());
+    report->set_adaptive_step_seconds(step_seconds_.load());
+    report->set_adaptive_median_step_seconds(median_step_seconds_.load());
+  }
   report->set_rows_pulled(rows_pulled_);
   report->set_device("cpu");
 }
@@ -250,7 +290,12 @@ Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
     const uint64_t samples_before = samples_.load();
     if (boundary_ != nullptr && boundary_->Pending(i)) OSPREY_RETURN_IF_ERROR(AtBoundary(i));
     const auto step_start = std::chrono::steady_clock::now();
+    const double encode_before = compressor_ != nullptr ? compressor_->encode_seconds() : 0;
     Status s = Step(&batch);
+    if (s.ok()) {
+      AfterStep(before, encode_before,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    }
     if (step_metrics_ != nullptr && s.ok()) {
       step_metrics_->OnStep(before, times_, std::chrono::duration<double>(
                                                 std::chrono::steady_clock::now() - step_start).count());
@@ -306,6 +351,10 @@ Progress Trainer::progress() const {
   p.samples = samples_.load();
   p.loss = loss_.load();
   if (compressor_ != nullptr) p.compression_warning = compressor_->warning();
+  p.step_seconds = step_seconds_.load();
+  p.step_push_seconds = step_push_seconds_.load();
+  p.step_encode_seconds = step_encode_seconds_.load();
+  p.density = density_.load();
   return p;
 }
 

@@ -18,6 +18,7 @@
 
 #include "job/job_config.h"
 #include "common/status.h"
+#include "worker/adaptive_ratio.h"
 #include "worker/client/client.h"
 #include "worker/compression.h"
 #include "worker/data/batch.h"
@@ -53,6 +54,13 @@ struct Progress {
   uint64_t samples = 0;
   double loss = 0;  // moving average of the batch loss
   std::string compression_warning;  // CompressionWarning of the dense pushes; "" when healthy
+  // Heartbeat.step_seconds & co. (adaptive per-node ratio): exponential averages over the last
+  // ~10 steps of the own step time (the step minus its wait on pulls, i.e. on the other
+  // workers in bsp/ssp) and its push (send + wait for acks, without encode) and encode parts.
+  double step_seconds = 0;
+  double step_push_seconds = 0;
+  double step_encode_seconds = 0;
+  double density = 0;  // the dense codec's current density (adaptive or configured); 0: none
 };
 
 struct EvalResult {
@@ -102,6 +110,9 @@ class TrainLoop {
   // Elastic servers (scale_pause.h): asked at every step boundary; borrowed, outlives the loop.
   // Loops that cannot switch clients (the GPU loop) ignore it, so a scale step times out.
   virtual void SetStepBoundary(StepBoundary* boundary) {}
+  // The job's median own step time from the coordinator (ClusterState.median_step_seconds), the
+  // adaptive per-node ratio's target; any thread (the heartbeat thread). Others ignore it.
+  virtual void SetJobStepTime(double median_seconds) {}
 };
 
 // Shared by both loops: AUC and logloss of held-out predictions, and the oracle's AUC when the
@@ -132,6 +143,7 @@ class Trainer final : public TrainLoop {
   void SetMetrics(metrics::Registry* registry) override;
   Status ResumeAt(int64_t step) override;  // trainer_resume.cc
   void SetStepBoundary(StepBoundary* boundary) override { boundary_ = boundary; }
+  void SetJobStepTime(double median_seconds) override { median_step_seconds_.store(median_seconds); }
   // Dense push compression so far (all zero when the dense table is not compressed).
   CompressionStats compression_stats() const;
   StepTimes step_times() const { return times_; }
@@ -141,6 +153,8 @@ class Trainer final : public TrainLoop {
   // Step with train.accumulate_steps > 1 (trainer_accumulate.cc).
   Status AccumulatedStep(data::Batch* batch);
   Status WaitPushes();
+  // After a step: updates the step-time averages and lets the adaptive ratio move the density.
+  void AfterStep(const StepTimes& before, double encode_before, double wall_seconds);
   // Before step `step` when boundary_ says so: drain, pause, and go on with the client it gives
   // (trainer_scale.cc).
   Status AtBoundary(int64_t step);
@@ -153,6 +167,7 @@ class Trainer final : public TrainLoop {
   std::unique_ptr<models::Model> model_;
   std::unique_ptr<DataSource> data_;
   DenseCompressor* compressor_ = nullptr;  // owned by the client; null unless the dense table has a codec
+  std::unique_ptr<AdaptiveRatio> adaptive_;  // null unless the dense codec has adaptive_ratio
   uint32_t sparse_table_ = 0;
   uint32_t dense_table_ = 0;
   int dim_ = 0;
@@ -176,6 +191,8 @@ class Trainer final : public TrainLoop {
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};
+  std::atomic<double> median_step_seconds_{0};  // SetJobStepTime
+  std::atomic<double> step_seconds_{0}, step_push_seconds_{0}, step_encode_seconds_{0}, density_{0};
   double train_seconds_ = 0;
   StepTimes times_;
   std::unique_ptr<StepMetrics> step_metrics_;  // null unless SetMetrics

@@ -15,6 +15,10 @@ Status Trainer::AtBoundary(int64_t step) {
   int dense_index = job_.TableIndex(job_.model.dense_table);
   if (dense_index >= 0) {
     OSPREY_ASSIGN_OR_RETURN(compressor_, SetTableCodecs(job_.tables[dense_index], dense_table_, rank_ + 1, client_));
+    // The adaptive ratio's current choice carries over to the new compressor.
+    if (compressor_ != nullptr && adaptive_ != nullptr) {
+      compressor_->SetAdaptive(adaptive_->density(), adaptive_->cheap_select());
+    }
   }
   int sparse_index = job_.TableIndex(job_.model.sparse_table);
   if (sparse_index >= 0) {

@@ -25,6 +25,7 @@
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
+#include "common/throttled_transport.h"
 #include "coordinator/coordinator_client.h"
 #include "worker/client/client.h"
 #include "worker/gpu_trainer.h"
@@ -90,9 +91,14 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_loss(p.loss);
     h.set_samples(p.samples);
     h.set_compression_warning(p.compression_warning);
+    h.set_step_seconds(p.step_seconds);
+    h.set_step_push_seconds(p.step_push_seconds);
+    h.set_step_encode_seconds(p.step_encode_seconds);
+    h.set_density(p.density);
     return h;
   };
-  hb.on_state = [pause, aborted, over](const proto::ClusterState& st) {
+  hb.on_state = [trainer, pause, aborted, over](const proto::ClusterState& st) {
+    trainer->SetJobStepTime(st.median_step_seconds());  // the adaptive ratio's target
     pause->current()->OnClusterState(st);  // server failover: dead servers, replacements (client_failover.cc)
     pause->OnState(st);  // a scale step: the loop pauses at its next step boundary
     if (st.shutting_down()) over->store(true);
@@ -141,6 +147,14 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
                 std::to_string(d.density());
     }
     OSPREY_LOG_INFO("worker {} dense push density by step: {}", rank, points);
+  }
+  if (report.adaptive_ratio()) {
+    OSPREY_LOG_INFO("worker {} adaptive ratio: density {:.4g} (range {:.4g}-{:.4g}, {} changes{}), own step "
+                    "{:.1f} ms vs job median {:.1f} ms",
+                    rank, report.adaptive_final_density(), report.adaptive_min_density(),
+                    report.adaptive_max_density(), report.adaptive_changes(),
+                    report.adaptive_cheap_select() ? ", sampled selection" : "",
+                    1e3 * report.adaptive_step_seconds(), 1e3 * report.adaptive_median_step_seconds());
   }
 }
 
@@ -251,6 +265,12 @@ int main(int argc, char** argv) {
   // Data plane per cluster.transport (rdma too); the coordinator stays on ZeroMQ (data_transport.h).
   auto dtransport = rdma::MakeDataTransport(job, *data_options);
   if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
+  if (rank == job.worker.debug_throttle_rank && job.worker.debug_throttle_bytes_per_sec > 0) {
+    // Test-only slow uplink (adaptive_ratio's test and benchmark): this worker's pushes crawl.
+    OSPREY_LOG_WARN("worker {}: worker.debug_throttle_bytes_per_sec = {}: pushes throttled (test only)", rank,
+                    job.worker.debug_throttle_bytes_per_sec);
+    *dtransport = std::make_unique<ThrottledTransport>(std::move(*dtransport), job.worker.debug_throttle_bytes_per_sec);
+  }
   worker::Client client(copts, std::move(*dtransport), reg->shard_map());
   Status s = client.Start();
   if (!s.ok()) return Fail(s, "client");

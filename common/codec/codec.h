@@ -33,6 +33,10 @@ struct CodecState {
   // Set by the caller: the fewest elements top-k / random-k select (capped at the tensor's
   // length), whatever the density says; granularity "layer" sets it to layer_min_k.
   uint64_t min_k = 1;
+  // Set by the caller before any Encode (adaptive per-node ratio, worker/adaptive_ratio.h): top-k
+  // and random-k send density(step) x density_scale of the elements (capped at 1), where
+  // density(step) is the config's schedule; 1 leaves the schedule alone. Must be > 0.
+  double density_scale = 1.0;
   // Completed Encode calls; advanced by the codec MakeCodec returns after each successful Encode;
   // read by density schedules and seeds.
   uint64_t step = 0;

@@ -56,6 +56,32 @@ Status ValidateSchedule(const CodecConfig& c) {
   return Status::OK();
 }
 
+Status ValidateAdaptive(const CodecConfig& c) {
+  const AdaptiveRatioConfig& a = c.adaptive_ratio;
+  if (!a.enabled) return Status::OK();
+  if (!IsSparse(c.type)) {
+    return Bad("adaptive_ratio", "{...}", "needs type topk or randomk (a density to move), not " + c.type);
+  }
+  if (!(a.min_density > 0.0 && a.min_density <= c.density)) {
+    return Bad("adaptive_ratio.min_density", a.min_density, "must be in (0, density = " + std::to_string(c.density) + "]");
+  }
+  if (!(a.max_density >= c.density && a.max_density <= 1.0)) {
+    return Bad("adaptive_ratio.max_density", a.max_density, "must be in [density = " + std::to_string(c.density) + ", 1]");
+  }
+  if (a.target != "median_step_time") return BadName("adaptive_ratio.target", a.target, "median_step_time");
+  if (!(a.margin > 0.0 && a.margin < 1.0)) return Bad("adaptive_ratio.margin", a.margin, "must be in (0, 1)");
+  if (!(a.factor > 1.0 && a.factor <= 10.0)) return Bad("adaptive_ratio.factor", a.factor, "must be in (1, 10]");
+  if (a.interval_steps == 0) return Bad("adaptive_ratio.interval_steps", a.interval_steps, "must be >= 1");
+  if (a.async_barrier) {
+    // bsp holds every pull of step t until all workers pushed step t: a fast worker that went on
+    // would train on parameters missing the slow worker's gradient, which is ssp by another name.
+    return Bad("adaptive_ratio.async_barrier", "true",
+               "not supported: letting fast workers past the step barrier is the table's consistency "
+               "(ssp with a staleness bound, or async), not a codec option; set tables[].consistency instead");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ValidateCodecConfig(const CodecConfig& c) {
@@ -83,6 +109,7 @@ Status ValidateCodecConfig(const CodecConfig& c) {
   if (c.granularity == "bucket" && (c.bucket_bytes == 0 || c.bucket_bytes % 4 != 0)) {
     return Bad("bucket_bytes", c.bucket_bytes, "must be a positive multiple of 4");
   }
+  OSPREY_RETURN_IF_ERROR(ValidateAdaptive(c));
   return Status::OK();
 }
 

@@ -24,6 +24,26 @@ struct DensityScheduleConfig {
   uint64_t steps = 0;           // length of the ramp; > 0 unless type is "none"
 };
 
+// Adaptive per-node density (issue 18, worker/adaptive_ratio.h): a worker whose own step time is
+// above the job's median (learned from the coordinator) moves its density within
+// [min_density, max_density]: lower when its pushes dominate its step (network-bound), a cheaper
+// selection or a higher density when encoding does (selection-bound); back toward `density` when
+// it is clearly faster than the median. Needs type topk or randomk; CPU workers only.
+struct AdaptiveRatioConfig {
+  bool enabled = false;            // set when the `adaptive_ratio` section is present
+  double min_density = 0;          // in (0, density]
+  double max_density = 0;          // in [density, 1]
+  std::string target = "median_step_time";  // the only target
+  // Fraction above (below) the median that counts as slower (faster); in (0, 1).
+  double margin = 0.15;
+  // Multiplicative step of one move (density *= factor or /= factor); in (1, 10].
+  double factor = 1.5;
+  // Fewest steps between two moves, so the step time settles on the new density; >= 1.
+  uint64_t interval_steps = 20;
+  // Not supported (a config error): see ValidateCodecConfig.
+  bool async_barrier = false;
+};
+
 struct CodecConfig {
   // "none" | "fp16" | "bf16" | "topk" | "randomk" | "onebit".
   std::string type = "none";
@@ -77,6 +97,7 @@ struct CodecConfig {
   // granularity "layer", topk/randomk: the fewest elements a layer sends per step (capped at
   // the layer's size); >= 1.
   uint64_t layer_min_k = 1;
+  AdaptiveRatioConfig adaptive_ratio;
 };
 
 // Decay of the Fisher estimate of select "importance" (about 100 steps of memory).

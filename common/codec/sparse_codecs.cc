@@ -18,6 +18,11 @@ void StartSparse(CodecId id, ValueType type, size_t n, size_t count, Encoded* ou
   out->payload.resize(count * (4 + ValueBytes(type)));
 }
 
+// The schedule's density at the state's step, times the caller's adaptive scale, capped at 1.
+double ScaledDensity(const DensitySchedule& schedule, uint64_t step, const CodecState& state) {
+  return std::min(1.0, schedule.DensityAt(step) * state.density_scale);
+}
+
 }  // namespace
 
 double FlooredDensity(double density, size_t n, uint64_t min_k) {
@@ -56,7 +61,7 @@ void WriteSelected(const float* x, size_t n, const Selection& sel, CodecId id, V
 }
 
 Selection TopKCodec::Select(const float* x, size_t n, uint64_t step, uint64_t tensor_seed, CodecState* state) const {
-  const double density = FlooredDensity(options_.schedule.DensityAt(step), n, state->min_k);
+  const double density = FlooredDensity(ScaledDensity(options_.schedule, step, *state), n, state->min_k);
   switch (options_.method) {
     case TopKMethod::kExact:
       return SelectExact(x, n, MakeTargets(n, density, 0.0).k, &state->scratch_keys);
@@ -103,7 +108,7 @@ Status TopKCodec::DecodeAdd(const EncodedView& in, float* dst, size_t n, float s
 Status RandomKCodec::Encode(const float* g, size_t n, CodecState* state, Encoded* out) const {
   OSPREY_RETURN_IF_ERROR(CheckTensorLength(n));
   const uint64_t k =
-      n == 0 ? 0 : MakeTargets(n, FlooredDensity(options_.schedule.DensityAt(state->step), n, state->min_k), 0.0).k;
+      n == 0 ? 0 : MakeTargets(n, FlooredDensity(ScaledDensity(options_.schedule, state->step, *state), n, state->min_k), 0.0).k;
   StartSparse(CodecId::kRandomK, options_.value_type, n, k, out);
   uint8_t* indices = out->payload.data();
   uint8_t* values = indices + 4 * k;

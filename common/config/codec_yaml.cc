@@ -34,6 +34,18 @@ void ParseCodec(YamlFields& f, codec::CodecConfig* c) {
     s.Get("start_density", &c->schedule.start_density, 0, 1, /*lo_open=*/true);
     s.Get("steps", &c->schedule.steps, 0, uint64_t{1} << 40);
   });
+  // Adaptive per-node density (issue 18): bounds are checked against density by
+  // ValidateCodecConfig, which sees the whole codec.
+  if (f.Has("adaptive_ratio")) c->adaptive_ratio.enabled = true;
+  f.Section("adaptive_ratio", [&](YamlFields& a) {
+    a.Get("min_density", &c->adaptive_ratio.min_density, 0, 1, /*lo_open=*/true);
+    a.Get("max_density", &c->adaptive_ratio.max_density, 0, 1, /*lo_open=*/true);
+    a.Get("target", &c->adaptive_ratio.target, {"median_step_time"});
+    a.Get("margin", &c->adaptive_ratio.margin, 0, 1, /*lo_open=*/true);
+    a.Get("factor", &c->adaptive_ratio.factor, 1, 10, /*lo_open=*/true);
+    a.Get("interval_steps", &c->adaptive_ratio.interval_steps, 1, uint64_t{1} << 40);
+    a.Get("async_barrier", &c->adaptive_ratio.async_barrier);
+  });
 }
 
 }  // namespace osprey::config

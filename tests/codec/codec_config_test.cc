@@ -130,5 +130,49 @@ TEST(CodecConfigTest, BucketBytesMustHoldWholeFloats) {
   ExpectRejected(c, "bucket_bytes", "6");
 }
 
+// adaptive_ratio (issue 18): bounds around density, a sparse codec, no async_barrier.
+TEST(CodecConfigTest, AdaptiveRatioBoundsAndCodecAreChecked) {
+  CodecConfig c = TopK();
+  c.density = 0.05;
+  c.adaptive_ratio.enabled = true;
+  c.adaptive_ratio.min_density = 0.01;
+  c.adaptive_ratio.max_density = 0.2;
+  EXPECT_TRUE(MakeCodec(c).ok());
+  CodecConfig bad = c;
+  bad.adaptive_ratio.min_density = 0.3;  // min > max, and above density
+  ExpectRejected(bad, "adaptive_ratio.min_density", "must be in (0, density = 0.05");
+  bad = c;
+  bad.adaptive_ratio.min_density = 0;
+  ExpectRejected(bad, "adaptive_ratio.min_density", "0");
+  bad = c;
+  bad.adaptive_ratio.max_density = 0.02;  // below density
+  ExpectRejected(bad, "adaptive_ratio.max_density", "must be in [density = 0.05");
+  bad = c;
+  bad.adaptive_ratio.max_density = 1.5;
+  ExpectRejected(bad, "adaptive_ratio.max_density", "1.5");
+  bad = c;
+  bad.adaptive_ratio.factor = 1.0;
+  ExpectRejected(bad, "adaptive_ratio.factor", "must be in (1, 10]");
+  bad = c;
+  bad.adaptive_ratio.margin = 0;
+  ExpectRejected(bad, "adaptive_ratio.margin", "must be in (0, 1)");
+  bad = c;
+  bad.adaptive_ratio.interval_steps = 0;
+  ExpectRejected(bad, "adaptive_ratio.interval_steps", "must be >= 1");
+  bad = c;
+  bad.adaptive_ratio.target = "mean_step_time";
+  ExpectRejected(bad, "adaptive_ratio.target", "median_step_time");
+  bad = c;
+  bad.adaptive_ratio.async_barrier = true;
+  ExpectRejected(bad, "adaptive_ratio.async_barrier", "tables[].consistency");
+  for (const char* type : {"none", "fp16", "onebit"}) {
+    bad = c;
+    bad.type = type;
+    ExpectRejected(bad, "adaptive_ratio", std::string("(a density to move), not ") + type);
+  }
+  c.type = "randomk";
+  EXPECT_TRUE(MakeCodec(c).ok());
+}
+
 }  // namespace
 }  // namespace osprey::codec

@@ -75,6 +75,29 @@ TEST(JobConfigTest, FailoverAndAccumulationKeysAreRangeChecked) {
   EXPECT_EQ(job->train.accumulate_steps, 4);
 }
 
+// codec.adaptive_ratio (issue 18) is read from YAML and its errors name the table's key.
+TEST(JobConfigTest, AdaptiveRatioIsParsedAndBadBoundsNameTheKey) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml",
+                            {"tables.mlp.codec.type=topk", "tables.mlp.codec.density=0.05",
+                             "tables.mlp.codec.adaptive_ratio.min_density=0.01",
+                             "tables.mlp.codec.adaptive_ratio.max_density=0.2",
+                             "tables.mlp.codec.adaptive_ratio.interval_steps=5"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const codec::AdaptiveRatioConfig& a = job->tables[1].codec.adaptive_ratio;
+  EXPECT_TRUE(a.enabled);
+  EXPECT_DOUBLE_EQ(a.min_density, 0.01);
+  EXPECT_DOUBLE_EQ(a.max_density, 0.2);
+  EXPECT_EQ(a.interval_steps, 5u);
+  EXPECT_FALSE(job->tables[0].codec.adaptive_ratio.enabled);
+  ExpectError(kMinimal,
+              {"tables.mlp.codec.type=topk", "tables.mlp.codec.density=0.05",
+               "tables.mlp.codec.adaptive_ratio.min_density=0.3", "tables.mlp.codec.adaptive_ratio.max_density=0.2"},
+              "tables[1].codec: compression.adaptive_ratio.min_density = 0.3: must be in (0, density");
+  ExpectError(kMinimal, {"tables.mlp.codec.adaptive_ratio.min_density=0.01", "tables.mlp.codec.adaptive_ratio.max_density=0.2"},
+              "compression.adaptive_ratio = {...}: needs type topk or randomk (a density to move), not none");
+  ExpectError(kMinimal, {"tables.mlp.codec.type=topk", "tables.mlp.codec.adaptive_ratio.typo=1"}, "typo");
+}
+
 TEST(JobConfigTest, NegativeLearningRateInTableNamesIndex) {
   ExpectError(kMinimal, {"tables.embeddings.optimizer.lr=-1"}, "tables[0].optimizer.lr: value -1 is out of range");
 }

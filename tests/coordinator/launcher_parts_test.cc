@@ -219,8 +219,41 @@ TEST(ReportTest, SummarizesServerReportsAndDensityTrajectory) {
                       "\"coordinator_bad_requests\": 0, \"staleness_histogram\": [270, 18, 9, 3, 0], "
                       "\"density_trajectory\": [{\"step\": 0, \"density\": 0.25}, "
                       "{\"step\": 50, \"density\": 0.05}, {\"step\": 99, \"density\": 0.01}], "
-                      "\"device\": \"\", \"curve\": []}\n"),
+                      "\"adaptive_ratio\": [], \"device\": \"\", \"curve\": []}\n"),
             std::string::npos) << json;
+}
+
+// The adaptive per-node ratio's entries: one per worker that ran it, by rank, in text and JSON.
+TEST(ReportTest, AdaptiveRatioWorkersAreReportedByRank) {
+  proto::ClusterState s;
+  for (int rank : {1, 0}) {
+    proto::WorkerReport* w = s.add_reports();
+    w->set_rank(rank);
+    w->set_samples(1000);
+    w->set_train_seconds(2.0);
+    w->set_adaptive_ratio(true);
+    w->set_adaptive_final_density(rank == 1 ? 0.01 : 0.2);
+    w->set_adaptive_min_density(rank == 1 ? 0.01 : 0.2);
+    w->set_adaptive_max_density(0.2);
+    w->set_adaptive_changes(rank == 1 ? 5 : 0);
+    w->set_adaptive_step_seconds(rank == 1 ? 0.0111 : 0.0063);
+    w->set_adaptive_median_step_seconds(0.0087);
+  }
+  s.add_reports()->set_rank(2);  // no adaptive_ratio: not listed
+  JobReport r = SummarizeReports(s, 1.0);
+  ASSERT_EQ(r.adaptive.size(), 2u);
+  EXPECT_EQ(r.adaptive[0].rank, 0);
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("adaptive ratio    worker 1: density 0.01 (range 0.01-0.2, 5 changes), step 11.1 ms vs "
+                      "median 8.7 ms, 500 samples/s"),
+            std::string::npos)
+      << text;
+  const std::string json = ReportJson(r);
+  EXPECT_NE(json.find("\"adaptive_ratio\": [{\"rank\": 0, \"final_density\": 0.2, \"min_density\": 0.2, "
+                      "\"max_density\": 0.2, \"changes\": 0, \"cheap_select\": false, \"step_seconds\": 0.0063, "
+                      "\"median_step_seconds\": 0.0087, \"samples_per_sec\": 500}, {\"rank\": 1, "),
+            std::string::npos)
+      << json;
 }
 
 TEST(ReportTest, RedisUnflushedRowsAreSummedAndReported) {

@@ -1,0 +1,73 @@
+// JobState's median step time (job_state_steptime.cc), the adaptive per-node ratio's target:
+// over the live workers that reported one, carried by every heartbeat reply.
+#include <gtest/gtest.h>
+
+#include "coordinator/job_state.h"
+#include "tests/coordinator/coordinator_test_util.h"
+
+namespace osprey::coordinator {
+namespace {
+
+using testing::MakeHeartbeat;
+using testing::ServerRequest;
+using testing::TestJob;
+using testing::WorkerRequest;
+using Ms = std::chrono::milliseconds;
+
+class JobStateStepTimeTest : public ::testing::Test {
+ protected:
+  const Clock::time_point t0_ = Clock::now();
+  uint64_t next_id_ = 1;
+  ReplyAddress Addr() { return ReplyAddress{1, next_id_++}; }
+
+  void Rendezvous(JobState* s, int workers) {
+    Outbox out;
+    s->OnRegister(Addr(), ServerRequest(100), t0_, &out);
+    for (int w = 0; w < workers; ++w) s->OnRegister(Addr(), WorkerRequest(200 + w, w), t0_, &out);
+    ASSERT_TRUE(s->rendezvous_complete());
+  }
+  // Worker `rank`'s heartbeat with `seconds` of own step time at t0 + ms; returns the reply.
+  proto::ClusterState Beat(JobState* s, int rank, double seconds, int ms) {
+    Outbox out;
+    proto::Heartbeat hb = MakeHeartbeat(proto::ROLE_WORKER, rank, 1);
+    hb.set_step_seconds(seconds);
+    hb.set_density(0.05);
+    s->OnHeartbeat(Addr(), hb, t0_ + Ms(ms), &out);
+    proto::ClusterState st;
+    EXPECT_EQ(out.size(), 1u);
+    if (out.size() == 1) {
+      EXPECT_TRUE(out[0].status.ok()) << out[0].status.ToString();
+      EXPECT_TRUE(st.ParseFromArray(out[0].payload.data(), static_cast<int>(out[0].payload.size())));
+    }
+    return st;
+  }
+};
+
+TEST_F(JobStateStepTimeTest, MedianOverWorkersThatReportedNeedsTwo) {
+  JobState s(TestJob(1, 4), 1, t0_);
+  Rendezvous(&s, 4);
+  EXPECT_EQ(Beat(&s, 0, 0.010, 10).median_step_seconds(), 0) << "one worker has no one to be slower than";
+  EXPECT_DOUBLE_EQ(Beat(&s, 1, 0.030, 10).median_step_seconds(), 0.020);  // even count: the middle two
+  EXPECT_DOUBLE_EQ(Beat(&s, 2, 0.100, 10).median_step_seconds(), 0.030);  // odd count: the middle one
+  EXPECT_DOUBLE_EQ(Beat(&s, 3, 0, 10).median_step_seconds(), 0.030) << "0: no step time yet, not counted";
+  const proto::ClusterState st = s.Snapshot();
+  EXPECT_DOUBLE_EQ(st.median_step_seconds(), 0.030);
+  ASSERT_EQ(st.nodes_size(), 5);
+  EXPECT_DOUBLE_EQ(st.nodes(3).step_seconds(), 0.100);  // worker 2 (after the server)
+  EXPECT_DOUBLE_EQ(st.nodes(3).density(), 0.05);
+}
+
+TEST_F(JobStateStepTimeTest, DeadWorkersLeaveTheMedian) {
+  JobState s(TestJob(1, 3, 500), 1, t0_);
+  Rendezvous(&s, 3);
+  Outbox out;
+  Beat(&s, 0, 0.010, 400);
+  Beat(&s, 1, 0.020, 400);
+  EXPECT_DOUBLE_EQ(Beat(&s, 2, 0.900, 100).median_step_seconds(), 0.020);
+  s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_SERVER, 0), t0_ + Ms(400), &out);
+  s.Tick(t0_ + Ms(700), &out);  // worker 2 silent for 600 ms > 500: dead
+  EXPECT_DOUBLE_EQ(s.Snapshot().median_step_seconds(), 0.015);
+}
+
+}  // namespace
+}  // namespace osprey::coordinator

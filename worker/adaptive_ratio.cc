@@ -1,0 +1,49 @@
+#include "worker/adaptive_ratio.h"
+
+#include <algorithm>
+
+namespace osprey::worker {
+
+AdaptiveRatio::AdaptiveRatio(const codec::CodecConfig& config)
+    : config_(config.adaptive_ratio),
+      base_(config.density),
+      can_cheapen_(config.type == "topk" && config.topk_method == "exact" && config.select == "magnitude"),
+      density_(config.density),
+      min_reached_(config.density),
+      max_reached_(config.density) {}
+
+bool AdaptiveRatio::Move(double density, int64_t step) {
+  density = std::clamp(density, config_.min_density, config_.max_density);
+  if (density == density_) return false;
+  density_ = density;
+  min_reached_ = std::min(min_reached_, density_);
+  max_reached_ = std::max(max_reached_, density_);
+  ++changes_;
+  last_move_ = step;
+  return true;
+}
+
+bool AdaptiveRatio::Update(const StepSample& s) {
+  if (s.median_seconds <= 0 || s.own_seconds <= 0) return false;
+  if (last_move_ >= 0 && s.step - last_move_ < static_cast<int64_t>(config_.interval_steps)) return false;
+  const double ratio = s.own_seconds / s.median_seconds;
+  if (ratio > 1.0 + config_.margin) {
+    if (s.push_seconds >= s.encode_seconds) return Move(density_ / config_.factor, s.step);
+    if (can_cheapen_ && !cheap_select_) {
+      cheap_select_ = true;
+      ++changes_;
+      last_move_ = s.step;
+      return true;
+    }
+    return Move(density_ * config_.factor, s.step);
+  }
+  if (ratio < 1.0 - config_.margin && density_ != base_) {
+    // Clearly faster than the median: one step back toward the configured density, never past it.
+    const double toward = density_ < base_ ? std::min(base_, density_ * config_.factor)
+                                           : std::max(base_, density_ / config_.factor);
+    return Move(toward, s.step);
+  }
+  return false;
+}
+
+}  // namespace osprey::worker
