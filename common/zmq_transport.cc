@@ -86,7 +86,7 @@ ZmqTransport::~ZmqTransport() {
   zmq_ctx_term(ctx_);
 }
 
-void* ZmqTransport::NewSocket(int type, bool curve) {
+void* ZmqTransport::NewSocket(int type, bool curve, bool fixed_identity) {
   void* s = zmq_socket(ctx_, type);
   if (s == nullptr) return nullptr;
   int linger = options_.linger_ms, sndhwm = options_.sndhwm, rcvhwm = options_.rcvhwm, one = 1;
@@ -111,7 +111,7 @@ void* ZmqTransport::NewSocket(int type, bool curve) {
     // A fixed identity keeps this dialer's listener-side PeerId across reconnects. ZeroMQ
     // reserves identities that start with a zero byte for its own.
     uint64_t id = rng_() | 1;
-    zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
+    if (fixed_identity) zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
     if (curve && ApplyCurveClient(s, options_.curve) != 0) {
       zmq_close(s);
       return nullptr;
@@ -243,6 +243,11 @@ void ZmqTransport::Stop() {
   Wake();
   if (io_thread_.joinable()) io_thread_.join();
   MutexLock lock(&mu_);
+  // Messages held for a session that was not answered yet go over CURVE, so that linger
+  // delivers them as it would have without the sealed data plane.
+  for (Peer& p : peers_) {
+    if (p.awaiting_session) FlushPending(&p);
+  }
   stopped_ = true;
   CloseSockets();
 }
@@ -286,6 +291,18 @@ int ZmqTransport::SendNow(const Peer& p, const Message& msg, void** used) {
   if (routing_id != nullptr) {
     err = SendFrame(socket, Buffer(nullptr, routing_id->data(), routing_id->size()), ZMQ_SNDMORE,
                     SIZE_MAX);
+  }
+  if (err == EHOSTUNREACH && count == 4) {
+    // The peer's data connection is gone (it reconnects with a new identity, learnt from its
+    // next sealed message): this one goes over its CURVE route, which survives reconnects.
+    count = 3;
+    frames[0] = msg.header;
+    frames[1] = msg.keys;
+    frames[2] = msg.values;
+    socket = p.socket;
+    *used = socket;
+    err = SendFrame(socket, Buffer(nullptr, p.routing_id.data(), p.routing_id.size()),
+                    ZMQ_SNDMORE, SIZE_MAX);
   }
   // ZeroMQ checks the high-water mark and the route on the first frame only; once it is
   // accepted the rest of the message is too.

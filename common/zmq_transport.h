@@ -133,7 +133,10 @@ class ZmqTransport final : public Transport {
     std::atomic<bool> sealed_refusal_logged{false};
   };
 
-  void* NewSocket(int type, bool curve) REQUIRES(mu_);
+  // `fixed_identity` (DEALERs): a random routing identity kept across reconnects; without it
+  // ZeroMQ's per-connection one (the sealed data DEALER: its identity travels in clear, so a
+  // fixed one would let an eavesdropper take over its route with ZMQ_ROUTER_HANDOVER).
+  void* NewSocket(int type, bool curve, bool fixed_identity = true) REQUIRES(mu_);
   // Sends one message to `p` now (sealed when its session is up); returns 0 or the errno, and
   // in *used the socket it went to.
   int SendNow(const Peer& p, const Message& msg, void** used) REQUIRES(mu_);

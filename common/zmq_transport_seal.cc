@@ -46,6 +46,8 @@ Status ZmqTransport::BindDataRouter(const std::string& endpoint) {
   data_port_ = last.substr(last.rfind(':') + 1);
   data_router_ = s;
   AddSocket(s, SocketKind::kDataRouter, -1);
+  OSPREY_LOG_INFO("zmq transport: CURVE listener {}: sealed data plane on port {}", endpoint,
+                  data_port_);
   return Status::OK();
 }
 
@@ -114,7 +116,7 @@ bool ZmqTransport::AcceptSession(PeerId peer, const uint8_t* offer, size_t size)
   p.session.reset();
   // The data port is on the host this peer dialed (the listener may have bound a wildcard).
   const std::string endpoint = p.endpoint.substr(0, p.endpoint.rfind(':') + 1) + port;
-  void* s = NewSocket(ZMQ_DEALER, /*curve=*/false);
+  void* s = NewSocket(ZMQ_DEALER, /*curve=*/false, /*fixed_identity=*/false);
   if (s != nullptr && zmq_connect(s, endpoint.c_str()) == 0) {
     p.session = std::make_shared<SealedSession>(key, id);
     p.data_socket = s;
