@@ -167,17 +167,18 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
     sockets_changed_ = true;
   }
   if (zmq_bind(router_, endpoint.c_str()) != 0) return ZmqBindError(endpoint, zmq_errno());
-  if (zap_ != nullptr && data_router_ == nullptr && StartsWith(endpoint, "tcp://")) {
-    OSPREY_RETURN_IF_ERROR(BindDataRouter(endpoint));
-  }
   struct stat st;
   if (StartsWith(endpoint, "ipc://") && ::stat(endpoint.c_str() + 6, &st) == 0) {
     ipc_files_.emplace_back(endpoint.substr(6), static_cast<uint64_t>(st.st_ino));
   }
   char bound[1024];
   size_t len = sizeof(bound);
-  if (zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, bound, &len) != 0) return endpoint;
-  return std::string(bound);
+  const std::string result =
+      zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, bound, &len) == 0 ? bound : endpoint;
+  if (zap_ != nullptr && data_router_ == nullptr && StartsWith(result, "tcp://")) {
+    OSPREY_RETURN_IF_ERROR(BindDataRouter(result));
+  }
+  return result;
 }
 
 StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
