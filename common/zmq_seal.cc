@@ -23,17 +23,6 @@ uint64_t Get64(const uint8_t* p) {
   return v;
 }
 
-struct CtxFree {
-  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
-};
-using Ctx = std::unique_ptr<EVP_CIPHER_CTX, CtxFree>;
-
-// One context per thread: creating one costs more than sealing a small frame.
-EVP_CIPHER_CTX* ThreadCtx() {
-  thread_local Ctx ctx(EVP_CIPHER_CTX_new());
-  return ctx.get();
-}
-
 void Nonce(SealDirection dir, uint32_t frame, uint64_t counter, uint8_t nonce[12]) {
   nonce[0] = static_cast<uint8_t>(dir);
   nonce[1] = static_cast<uint8_t>(frame);
@@ -43,14 +32,14 @@ void Nonce(SealDirection dir, uint32_t frame, uint64_t counter, uint8_t nonce[12
 }
 
 // AES-256-GCM of `n` bytes from `in` to `out` (may alias) with the header and frame index as
-// associated data. Encrypt: writes the tag to `tag`. Decrypt: checks it; false if it fails.
-bool Gcm(bool encrypt, const SealKey& key, const uint8_t nonce[12], const uint8_t* header,
+// associated data, on a context that holds the key schedule already. Encrypt: writes the tag to
+// `tag`. Decrypt: checks it; false if it fails.
+bool Gcm(EVP_CIPHER_CTX* c, bool encrypt, const uint8_t nonce[12], const uint8_t* header,
          uint32_t frame, const uint8_t* in, size_t n, uint8_t* out, uint8_t* tag) {
-  EVP_CIPHER_CTX* c = ThreadCtx();
   if (c == nullptr) return false;
   int len = 0;
   uint8_t index[4] = {static_cast<uint8_t>(frame), 0, 0, 0};
-  if (EVP_CipherInit_ex(c, EVP_aes_256_gcm(), nullptr, key.data(), nonce, encrypt ? 1 : 0) != 1 ||
+  if (EVP_CipherInit_ex(c, nullptr, nullptr, nullptr, nonce, encrypt ? 1 : 0) != 1 ||
       EVP_CipherUpdate(c, nullptr, &len, header, kSealHeaderBytes) != 1 ||
       EVP_CipherUpdate(c, nullptr, &len, index, sizeof(index)) != 1) {
     return false;
@@ -69,7 +58,22 @@ bool Gcm(bool encrypt, const SealKey& key, const uint8_t nonce[12], const uint8_
   return !encrypt || EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, kSealTagBytes, tag) == 1;
 }
 
+EVP_CIPHER_CTX* KeyedCtx(const SealKey& key, bool encrypt) {
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  if (c != nullptr &&
+      EVP_CipherInit_ex(c, EVP_aes_256_gcm(), nullptr, key.data(), nullptr, encrypt ? 1 : 0) != 1) {
+    EVP_CIPHER_CTX_free(c);
+    return nullptr;
+  }
+  return c;
+}
+
 }  // namespace
+
+void SealedSession::CtxFree::operator()(evp_cipher_ctx_st* c) const { EVP_CIPHER_CTX_free(c); }
+
+SealedSession::SealedSession(const SealKey& key, uint64_t id)
+    : id_(id), seal_(KeyedCtx(key, true)), open_(KeyedCtx(key, false)) {}
 
 SealKey RandomSealKey() {
   SealKey key;
@@ -103,7 +107,7 @@ Status SealedSession::Seal(SealDirection dir, const Buffer* frames, Buffer* out)
     Buffer sealed = Buffer::Allocate(n + kSealTagBytes);
     uint8_t nonce[12];
     Nonce(dir, i, counter, nonce);
-    if (!Gcm(true, key_, nonce, h, i, frames[i].data(), n, sealed.mutable_data(),
+    if (!Gcm(seal_.get(), true, nonce, h, i, frames[i].data(), n, sealed.mutable_data(),
              sealed.mutable_data() + n)) {
       return Internal("sealed data plane: AES-256-GCM failed to seal a frame");
     }
@@ -139,7 +143,7 @@ Status SealedSession::Open(SealDirection dir, uint8_t* const* frames, size_t* si
     const size_t n = sizes[i + 1] - kSealTagBytes;
     uint8_t nonce[12];
     Nonce(dir, i, counter, nonce);
-    if (!Gcm(false, key_, nonce, h, i, frames[i + 1], n, frames[i + 1], frames[i + 1] + n)) {
+    if (!Gcm(open_.get(), false, nonce, h, i, frames[i + 1], n, frames[i + 1], frames[i + 1] + n)) {
       return PermissionDenied("sealed data plane: frame " + std::to_string(i) +
                               " does not verify (tampered, or another key)");
     }

@@ -19,9 +19,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "common/buffer.h"
 #include "common/status.h"
+
+struct evp_cipher_ctx_st;  // OpenSSL's EVP_CIPHER_CTX
 
 namespace osprey {
 
@@ -43,7 +46,8 @@ bool SealedSessionId(const uint8_t* header, size_t size, uint64_t* id);
 // Not thread-safe: the transport calls it under its mutex.
 class SealedSession {
  public:
-  SealedSession(const SealKey& key, uint64_t id) : key_(key), id_(id) {}
+  // Keeps the key only as OpenSSL's key schedules (one context to seal, one to open).
+  SealedSession(const SealKey& key, uint64_t id);
 
   uint64_t id() const { return id_; }
 
@@ -58,8 +62,11 @@ class SealedSession {
   Status Open(SealDirection dir, uint8_t* const* frames, size_t* sizes);
 
  private:
-  SealKey key_;
+  struct CtxFree {
+    void operator()(evp_cipher_ctx_st* c) const;
+  };
   uint64_t id_;
+  std::unique_ptr<evp_cipher_ctx_st, CtxFree> seal_, open_;
   uint64_t sent_[3] = {0, 0, 0};    // by direction: the last counter sealed
   uint64_t opened_[3] = {0, 0, 0};  // by direction: the last counter opened
 };

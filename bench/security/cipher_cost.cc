@@ -5,6 +5,7 @@
 //   build-cpu/bench/security/osprey-bench-cipher-cost
 #include <sodium.h>
 
+#include "common/malloc_tuning.h"
 #include "common/zmq_seal.h"
 #include <chrono>
 #include <cstdio>
@@ -26,6 +27,7 @@ template <class F> double Us(F f, int reps) {
 }
 int main() {
   if (sodium_init() < 0) return 1;
+  osprey::TuneMallocForLargeMessages();  // as the server and worker mains do
   std::printf("(sink %d) ", g_sink);
   std::printf("aes256gcm available: %d\n", crypto_aead_aes256gcm_is_available());
   for (size_t n : {4096ul, 290000ul, 1048576ul}) {
@@ -47,7 +49,8 @@ int main() {
     }
     double cc = Us([&] { crypto_aead_chacha20poly1305_ietf_encrypt(out.data(), &cl, in.data(), n, nonce, 16, nullptr, nonce, k); }, reps);
     double cco = Us([&] { g_sink += crypto_aead_chacha20poly1305_ietf_decrypt(out2.data(), nullptr, nullptr, out.data(), cl, nonce, 16, nonce, k); }, reps);
-    osprey::SealedSession a(osprey::RandomSealKey(), 1), b(a);
+    const osprey::SealKey sk2 = osprey::RandomSealKey();
+    osprey::SealedSession a(sk2, 1), b(sk2, 1);
     osprey::Buffer frames[3] = {osprey::Buffer::Copy("h", 1), osprey::Buffer(),
                                 osprey::Buffer::Copy(in.data(), n)};
     osprey::Buffer wire[4];
