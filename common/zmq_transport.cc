@@ -2,6 +2,7 @@
 
 #include "common/zmq_curve.h"
 #include "common/zmq_endpoint.h"
+#include "common/zmq_seal.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -48,18 +49,17 @@ int SendFrame(void* socket, const Buffer& frame, int flags, size_t zero_copy_thr
   return 0;
 }
 
-// The three frames of one received message. The handler's Buffers alias this block, so the
-// ZeroMQ buffers are released when the last of them goes away.
+// The frames of one received message (three, or four when sealed). The handler's Buffers alias
+// this block, so the ZeroMQ buffers are released when the last of them goes away.
 struct ReceivedFrames {
-  zmq_msg_t parts[3];
+  zmq_msg_t parts[4];
   int count = 0;
   ~ReceivedFrames() {
     for (int i = 0; i < count; ++i) zmq_msg_close(&parts[i]);
   }
-  Buffer View(const std::shared_ptr<ReceivedFrames>& self, int i) const {
-    zmq_msg_t* m = const_cast<zmq_msg_t*>(&parts[i]);
-    const void* data = zmq_msg_data(m);
-    return Buffer(std::shared_ptr<const void>(self, data), data, zmq_msg_size(m));
+  Buffer View(const std::shared_ptr<ReceivedFrames>& self, int i, size_t size) const {
+    const void* data = zmq_msg_data(const_cast<zmq_msg_t*>(&parts[i]));
+    return Buffer(std::shared_ptr<const void>(self, data), data, size);
   }
 };
 
@@ -86,7 +86,7 @@ ZmqTransport::~ZmqTransport() {
   zmq_ctx_term(ctx_);
 }
 
-void* ZmqTransport::NewSocket(int type) {
+void* ZmqTransport::NewSocket(int type, bool curve, bool fixed_identity) {
   void* s = zmq_socket(ctx_, type);
   if (s == nullptr) return nullptr;
   int linger = options_.linger_ms, sndhwm = options_.sndhwm, rcvhwm = options_.rcvhwm, one = 1;
@@ -97,7 +97,7 @@ void* ZmqTransport::NewSocket(int type) {
     // Mandatory: a reply to a vanished peer fails (and is counted) instead of vanishing silently.
     zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
     zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof(one));
-    if (options_.curve.enabled && ApplyCurveServer(s, options_.curve) != 0) {
+    if (curve && ApplyCurveServer(s, options_.curve) != 0) {
       zmq_close(s);
       return nullptr;
     }
@@ -111,13 +111,30 @@ void* ZmqTransport::NewSocket(int type) {
     // A fixed identity keeps this dialer's listener-side PeerId across reconnects. ZeroMQ
     // reserves identities that start with a zero byte for its own.
     uint64_t id = rng_() | 1;
-    zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
-    if (options_.curve.enabled && ApplyCurveClient(s, options_.curve) != 0) {
+    if (fixed_identity) zmq_setsockopt(s, ZMQ_ROUTING_ID, &id, sizeof(id));
+    if (curve && ApplyCurveClient(s, options_.curve) != 0) {
       zmq_close(s);
       return nullptr;
     }
   }
   return s;
+}
+
+void ZmqTransport::AddSocket(void* socket, SocketKind kind, PeerId peer) {
+  sockets_.push_back(socket);
+  socket_entries_.push_back(SocketEntry{kind, peer});
+  sockets_changed_ = true;
+}
+
+void ZmqTransport::RemoveSocket(void* socket) {
+  for (size_t i = 0; i < sockets_.size(); ++i) {
+    if (sockets_[i] != socket) continue;
+    sockets_.erase(sockets_.begin() + i);
+    socket_entries_.erase(socket_entries_.begin() + i);
+    sockets_changed_ = true;
+    zmq_close(socket);
+    return;
+  }
 }
 
 void ZmqTransport::Wake() {
@@ -134,7 +151,7 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
   }
   if (StartsWith(endpoint, "ipc://")) OSPREY_RETURN_IF_ERROR(CheckIpcPathFree(endpoint));
   if (router_ == nullptr) {
-    router_ = NewSocket(ZMQ_ROUTER);
+    router_ = NewSocket(ZMQ_ROUTER, options_.curve.enabled);
     if (router_ == nullptr) return Internal(std::string("zmq_socket: ") + zmq_strerror(zmq_errno()));
     if (zap_ != nullptr) {
       // Before the first bind: a CURVE server without its ZAP handler admits any key.
@@ -146,7 +163,7 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
       }
     }
     sockets_.insert(sockets_.begin(), router_);
-    socket_peers_.insert(socket_peers_.begin(), -1);
+    socket_entries_.insert(socket_entries_.begin(), SocketEntry{SocketKind::kRouter, -1});
     sockets_changed_ = true;
   }
   if (zmq_bind(router_, endpoint.c_str()) != 0) return ZmqBindError(endpoint, zmq_errno());
@@ -156,8 +173,12 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
   }
   char bound[1024];
   size_t len = sizeof(bound);
-  if (zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, bound, &len) != 0) return endpoint;
-  return std::string(bound);
+  const std::string result =
+      zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, bound, &len) == 0 ? bound : endpoint;
+  if (zap_ != nullptr && data_router_ == nullptr && StartsWith(result, "tcp://")) {
+    OSPREY_RETURN_IF_ERROR(BindDataRouter(result));
+  }
+  return result;
 }
 
 StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
@@ -170,7 +191,7 @@ StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
     if (options_.curve.enabled && options_.curve.server_key.empty()) {
       return InvalidArgument("zmq transport: CURVE Connect(" + endpoint + ") without a server key");
     }
-    void* s = NewSocket(ZMQ_DEALER);
+    void* s = NewSocket(ZMQ_DEALER, options_.curve.enabled);
     if (s == nullptr) return Internal(std::string("zmq_socket: ") + zmq_strerror(zmq_errno()));
     if (zmq_connect(s, endpoint.c_str()) != 0) {
       int err = zmq_errno();
@@ -179,10 +200,26 @@ StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
                              zmq_strerror(err));
     }
     id = static_cast<PeerId>(peers_.size());
-    peers_.push_back(Peer{s, std::string()});
-    sockets_.push_back(s);
-    socket_peers_.push_back(id);
-    sockets_changed_ = true;
+    Peer peer;
+    peer.socket = s;
+    peer.endpoint = endpoint;
+    peers_.push_back(std::move(peer));
+    AddSocket(s, SocketKind::kDealer, id);
+    if (options_.curve.enabled && StartsWith(endpoint, "tcp://")) {
+      // Each completed CURVE handshake asks the listener for a sealed data-plane session.
+      const std::string name = "inproc://osprey-seal-monitor-" +
+                               std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
+                               std::to_string(monitors_++);
+      void* monitor = zmq_socket(ctx_, ZMQ_PAIR);
+      if (monitor != nullptr &&
+          zmq_socket_monitor(s, name.c_str(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED) == 0 &&
+          zmq_connect(monitor, name.c_str()) == 0) {
+        AddSocket(monitor, SocketKind::kMonitor, id);
+        peers_[id].awaiting_session = true;
+      } else if (monitor != nullptr) {
+        zmq_close(monitor);  // no monitor: this peer stays on CURVE, which is still secure
+      }
+    }
     running = started_;
   }
   if (running) Wake();  // the I/O thread must add the socket to its poll set
@@ -207,6 +244,11 @@ void ZmqTransport::Stop() {
   Wake();
   if (io_thread_.joinable()) io_thread_.join();
   MutexLock lock(&mu_);
+  // Messages held for a session that was not answered yet go over CURVE, so that linger
+  // delivers them as it would have without the sealed data plane.
+  for (Peer& p : peers_) {
+    if (p.awaiting_session) FlushPending(&p);
+  }
   stopped_ = true;
   CloseSockets();
 }
@@ -221,15 +263,68 @@ void ZmqTransport::CloseSockets() {
   }
   ipc_files_.clear();
   sockets_.clear();
-  socket_peers_.clear();
+  socket_entries_.clear();
+  sessions_.clear();
+  data_router_ = nullptr;
   peers_.clear();
   routing_ids_.clear();
   router_ = nullptr;
 }
 
+int ZmqTransport::SendNow(const Peer& p, const Message& msg, void** used) {
+  Buffer frames[4] = {msg.header, msg.keys, msg.values, Buffer()};
+  int count = 3;
+  void* socket = p.socket;
+  const std::string* routing_id = p.routing_id.empty() ? nullptr : &p.routing_id;
+  const bool dialer = p.routing_id.empty();
+  if (p.session != nullptr && (dialer ? p.data_socket != nullptr : !p.data_routing_id.empty())) {
+    Buffer plain[3] = {msg.header, msg.keys, msg.values};
+    if (!p.session->Seal(dialer ? SealDirection::kToListener : SealDirection::kToDialer, plain,
+                         frames).ok()) {
+      return EPROTO;
+    }
+    count = 4;
+    socket = dialer ? p.data_socket : data_router_;
+    if (!dialer) routing_id = &p.data_routing_id;
+  }
+  *used = socket;
+  int err = 0;
+  if (routing_id != nullptr) {
+    err = SendFrame(socket, Buffer(nullptr, routing_id->data(), routing_id->size()), ZMQ_SNDMORE,
+                    SIZE_MAX);
+  }
+  if (err == EHOSTUNREACH && count == 4) {
+    // The peer's data connection is gone (it reconnects with a new identity, learnt from its
+    // next sealed message): this one goes over its CURVE route, which survives reconnects.
+    count = 3;
+    frames[0] = msg.header;
+    frames[1] = msg.keys;
+    frames[2] = msg.values;
+    socket = p.socket;
+    *used = socket;
+    err = SendFrame(socket, Buffer(nullptr, p.routing_id.data(), p.routing_id.size()),
+                    ZMQ_SNDMORE, SIZE_MAX);
+  }
+  // ZeroMQ checks the high-water mark and the route on the first frame only; once it is
+  // accepted the rest of the message is too.
+  for (int i = 0; i < count && err == 0; ++i) {
+    err = SendFrame(socket, frames[i], i + 1 < count ? ZMQ_SNDMORE : 0,
+                    options_.zero_copy_threshold);
+  }
+  return err;
+}
+
+void ZmqTransport::FlushPending(Peer* p) {
+  p->awaiting_session = false;
+  for (const Message& m : p->pending) {
+    void* used = nullptr;
+    if (SendNow(*p, m, &used) != 0) counters_.send_failures.fetch_add(1, std::memory_order_relaxed);
+  }
+  p->pending.clear();
+}
+
 Status ZmqTransport::Send(Message msg) {
   const bool on_io_thread = std::this_thread::get_id() == io_thread_id_.load();
-  const size_t threshold = options_.zero_copy_threshold;
   bool wake = false;
   int err = 0;
   {
@@ -238,22 +333,28 @@ Status ZmqTransport::Send(Message msg) {
     if (msg.peer < 0 || static_cast<size_t>(msg.peer) >= peers_.size()) {
       return NotFound("zmq transport: unknown peer " + std::to_string(msg.peer));
     }
-    const Peer& p = peers_[msg.peer];
-    if (!p.routing_id.empty()) {
-      err = SendFrame(p.socket, Buffer(nullptr, p.routing_id.data(), p.routing_id.size()),
-                      ZMQ_SNDMORE, SIZE_MAX);
-    }
-    // ZeroMQ checks the high-water mark and the route on the first frame only; once it is
-    // accepted the rest of the message is too.
-    if (err == 0) err = SendFrame(p.socket, msg.header, ZMQ_SNDMORE, threshold);
-    if (err == 0) err = SendFrame(p.socket, msg.keys, ZMQ_SNDMORE, threshold);
-    if (err == 0) err = SendFrame(p.socket, msg.values, 0, threshold);
-    if (!on_io_thread) {
-      // This call may have consumed the wake-up the I/O thread sleeps on (see the header).
-      int events = 0;
-      size_t len = sizeof(events);
-      if (zmq_getsockopt(p.socket, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN)) {
-        wake = true;
+    Peer& p = peers_[msg.peer];
+    if (p.awaiting_session) {
+      // Held (in order) until the listener has answered the session request, so that no
+      // message sent over CURVE can overtake, or be overtaken by, a sealed one.
+      if (options_.sndhwm > 0 && p.pending.size() >= static_cast<size_t>(options_.sndhwm)) {
+        err = EAGAIN;
+      } else {
+        counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+        counters_.bytes_sent.fetch_add(msg.bytes(), std::memory_order_relaxed);
+        p.pending.push_back(std::move(msg));
+        return Status::OK();
+      }
+    } else {
+      void* socket = nullptr;
+      err = SendNow(p, msg, &socket);
+      if (!on_io_thread && socket != nullptr) {
+        // This call may have consumed the wake-up the I/O thread sleeps on (see the header).
+        int events = 0;
+        size_t len = sizeof(events);
+        if (zmq_getsockopt(socket, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN)) {
+          wake = true;
+        }
       }
     }
   }
@@ -270,14 +371,35 @@ Status ZmqTransport::Send(Message msg) {
   return Status::OK();
 }
 
-bool ZmqTransport::ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bool* valid) {
+PeerId ZmqTransport::ListenerPeer(const std::string& routing_id, void* socket) {
+  auto it = routing_ids_.find(routing_id);
+  if (it != routing_ids_.end()) return it->second;
+  const PeerId peer = static_cast<PeerId>(peers_.size());
+  Peer p;
+  p.socket = socket;
+  p.routing_id = routing_id;
+  peers_.push_back(std::move(p));
+  routing_ids_.emplace(routing_id, peer);
+  return peer;
+}
+
+bool ZmqTransport::ReceiveOne(void* socket, SocketEntry entry, Message* out, bool* valid) {
+  *valid = false;
+  if (entry.kind == SocketKind::kMonitor) {
+    OnMonitorEvent(socket, entry.peer);
+    return false;  // events are not messages; the monitor is drained each pass
+  }
   zmq_msg_t first;
   zmq_msg_init(&first);
   if (zmq_msg_recv(&first, socket, ZMQ_DONTWAIT) < 0) {
     zmq_msg_close(&first);
     return false;
   }
-  const bool is_router = dealer_peer < 0;
+  const bool is_router =
+      entry.kind == SocketKind::kRouter || entry.kind == SocketKind::kDataRouter;
+  const bool sealed =
+      entry.kind == SocketKind::kDataRouter || entry.kind == SocketKind::kDataDealer;
+  const int want = sealed ? 4 : 3;
   auto frames = std::make_shared<ReceivedFrames>();
   std::string routing_id;
   int total = 0;  // frames after the routing identity
@@ -300,7 +422,7 @@ bool ZmqTransport::ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bo
       break;
     }
     more = zmq_msg_more(&m);
-    if (total < 3) {
+    if (total < 4) {
       zmq_msg_init(&frames->parts[total]);
       zmq_msg_move(&frames->parts[total], &m);
       frames->count = total + 1;
@@ -308,27 +430,43 @@ bool ZmqTransport::ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bo
     zmq_msg_close(&m);
     ++total;
   }
-  *valid = total == 3;
-  if (!*valid) {
-    counters_.malformed_received.fetch_add(1, std::memory_order_relaxed);
+  if (!sealed && total == 1 && zap_ != nullptr) {
+    // A sealed data-plane session request (listener) or offer (dialer), over CURVE.
+    const auto* data = static_cast<const uint8_t*>(zmq_msg_data(&frames->parts[0]));
+    const size_t size = zmq_msg_size(&frames->parts[0]);
+    const bool handled = is_router ? OfferSession(routing_id, CurvePeerRole(&frames->parts[0]),
+                                                  data, size)
+                                   : AcceptSession(entry.peer, data, size);
+    if (!handled) counters_.malformed_received.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  PeerId peer = dealer_peer;
-  if (is_router) {
-    auto it = routing_ids_.find(routing_id);
-    if (it == routing_ids_.end()) {
-      peer = static_cast<PeerId>(peers_.size());
-      peers_.push_back(Peer{socket, routing_id});
-      routing_ids_.emplace(std::move(routing_id), peer);
+  if (total != want) {
+    if (sealed) {
+      RefuseSealed(PermissionDenied("sealed data plane: " + std::to_string(total) +
+                                    " frames, not 4"));
     } else {
-      peer = it->second;
+      counters_.malformed_received.fetch_add(1, std::memory_order_relaxed);
     }
+    return true;
   }
+  size_t sizes[4];
+  for (int i = 0; i < want; ++i) sizes[i] = zmq_msg_size(&frames->parts[i]);
+  PeerId peer = entry.peer;
+  if (sealed) {
+    void* parts[4];
+    for (int i = 0; i < 4; ++i) parts[i] = zmq_msg_data(&frames->parts[i]);
+    if (!OpenSealed(entry.kind, entry.peer, routing_id, parts, sizes, &peer)) return true;
+    out->peer_role = peers_[peer].role;
+  } else if (is_router) {
+    peer = ListenerPeer(routing_id, socket);
+    if (zap_ != nullptr) out->peer_role = CurvePeerRole(&frames->parts[0]);
+  }
+  const int base = sealed ? 1 : 0;
+  *valid = true;
   out->peer = peer;
-  if (is_router && zap_ != nullptr) out->peer_role = CurvePeerRole(&frames->parts[0]);
-  out->header = frames->View(frames, 0);
-  out->keys = frames->View(frames, 1);
-  out->values = frames->View(frames, 2);
+  out->header = frames->View(frames, base, sizes[base]);
+  out->keys = frames->View(frames, base + 1, sizes[base + 1]);
+  out->values = frames->View(frames, base + 2, sizes[base + 2]);
   counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_received.fetch_add(out->bytes(), std::memory_order_relaxed);
   return true;
@@ -337,14 +475,14 @@ bool ZmqTransport::ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bo
 void ZmqTransport::Run() {
   io_thread_id_.store(std::this_thread::get_id());
   std::vector<void*> sockets;
-  std::vector<PeerId> socket_peers;
+  std::vector<SocketEntry> socket_entries;
   std::vector<pollfd> fds;
   while (!stop_requested_.load()) {
     {
       MutexLock lock(&mu_);
       if (sockets_changed_ || fds.empty()) {
         sockets = sockets_;
-        socket_peers = socket_peers_;
+        socket_entries = socket_entries_;
         fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
         for (void* s : sockets) {
           int fd = -1;
@@ -357,16 +495,21 @@ void ZmqTransport::Run() {
     }
     // Take messages until every socket reports none pending: only then is it safe to sleep on
     // the ZMQ_FDs, which signal changes, not readiness.
-    bool progress = true;
-    while (progress && !stop_requested_.load()) {
+    bool progress = true, reload = false;
+    while (progress && !reload && !stop_requested_.load()) {
       progress = false;
-      for (size_t i = 0; i < sockets.size(); ++i) {
+      for (size_t i = 0; i < sockets.size() && !reload; ++i) {
         for (int k = 0; k < kRecvBatch && !stop_requested_.load(); ++k) {
           Message msg;
           bool valid = false;
           {
             MutexLock lock(&mu_);
-            if (!ReceiveOne(sockets[i], socket_peers[i], &msg, &valid)) break;
+            // A session change may have closed a socket of this list: take the new one first.
+            if (sockets_changed_) {
+              reload = true;
+              break;
+            }
+            if (!ReceiveOne(sockets[i], socket_entries[i], &msg, &valid)) break;
           }
           progress = true;
           if (valid) handler_(std::move(msg));
@@ -374,6 +517,7 @@ void ZmqTransport::Run() {
       }
     }
     if (stop_requested_.load()) break;
+    if (reload) continue;
     if (::poll(fds.data(), fds.size(), -1) > 0 && (fds[0].revents & POLLIN)) {
       uint64_t count;
       ssize_t n = ::read(wake_fd_, &count, sizeof(count));
@@ -391,7 +535,7 @@ TransportStats ZmqTransport::stats() const {
   s.bytes_received = counters_.bytes_received.load();
   s.malformed_received = counters_.malformed_received.load();
   s.send_failures = counters_.send_failures.load();
-  s.auth_refused = zap_ != nullptr ? zap_->refused() : 0;
+  s.auth_refused = (zap_ != nullptr ? zap_->refused() : 0) + counters_.sealed_refused.load();
   return s;
 }
 

@@ -35,6 +35,18 @@
 // (Message::peer_role); DEALERs are CURVE clients of options.curve.server_key. Refused connections
 // are counted in stats().auth_refused.
 //
+// Sealed data plane (zmq_seal.h; CURVE only, tcp only): CURVE's own cipher runs at ~1 GB/s on
+// one I/O thread, the bulk of a push's cost. So a CURVE listener also binds a plain ROUTER on an
+// ephemeral port of the same host. Each time a CURVE DEALER completes its handshake (a monitor
+// reports it) it asks over CURVE for a session; the listener answers, over CURVE, with a fresh
+// random AES-256-GCM key, a session id and the data port, bound to the peer's ZAP role. The
+// dialer then opens a plain DEALER to that port, and from then on both sides send that peer's
+// messages sealed there (same PeerId, same peer_role); for ipc:// (the listener declines) over
+// CURVE. Between the request and the answer Send holds the peer's messages (bounded by sndhwm),
+// so a dialer's messages are never reordered by the switch.
+// A data-port message that is not a well-formed sealed message of a live session with a verifying
+// tag and a fresh counter is dropped and counted in stats().auth_refused; the first is logged.
+//
 // Frame limit: with options.max_message_bytes > 0 the ROUTER refuses any larger frame
 // (ZMQ_MAXMSGSIZE: checked against the frame's size prefix, nothing allocated) and drops the
 // connection; an Osprey DEALER reconnects by itself and is served again.
@@ -60,6 +72,7 @@
 namespace osprey {
 
 class ZapHandler;
+class SealedSession;
 
 class ZmqTransport final : public Transport {
  public:
@@ -88,23 +101,68 @@ class ZmqTransport final : public Transport {
   Status Send(Message msg) override;
   TransportStats stats() const override;
 
+  // Sealed data plane: the port of the plain ROUTER ("" when none: no CURVE, or no tcp Listen),
+  // and how many sealed messages opened (tests and benchmarks check that it is in use).
+  std::string sealed_data_port() const;
+  uint64_t sealed_received() const { return counters_.sealed_received.load(); }
+
  private:
   struct Peer {
     void* socket = nullptr;   // the DEALER, or the ROUTER for a listener peer
     std::string routing_id;   // listener peers only
+    std::string endpoint;     // dialer peers: what Connect dialed
+    // Sealed data plane: the session, and the dialer's plain DEALER or the listener's routing id
+    // of the peer's plain DEALER (known once one of its sealed messages opened).
+    std::shared_ptr<SealedSession> session;
+    void* data_socket = nullptr;
+    std::string data_routing_id;
+    PeerRole role = PeerRole::kUnauthenticated;  // listener peers: the ZAP role of the session
+    // Dialer peers: a session was requested and not yet answered; Send holds messages here.
+    bool awaiting_session = false;
+    std::vector<Message> pending;
+  };
+  enum class SocketKind { kRouter, kDealer, kDataRouter, kDataDealer, kMonitor };
+  struct SocketEntry {
+    SocketKind kind;
+    PeerId peer;  // the dialer's PeerId for kDealer, kDataDealer and kMonitor; else -1
   };
   struct Counters {
     std::atomic<uint64_t> messages_sent{0}, messages_received{0}, bytes_sent{0},
-        bytes_received{0}, malformed_received{0}, send_failures{0};
+        bytes_received{0}, malformed_received{0}, send_failures{0}, sealed_refused{0},
+        sealed_received{0};
+    std::atomic<bool> sealed_refusal_logged{false};
   };
 
-  void* NewSocket(int type) REQUIRES(mu_);
+  // `fixed_identity` (DEALERs): a random routing identity kept across reconnects; without it
+  // ZeroMQ's per-connection one (the sealed data DEALER: its identity travels in clear, so a
+  // fixed one would let an eavesdropper take over its route with ZMQ_ROUTER_HANDOVER).
+  void* NewSocket(int type, bool curve, bool fixed_identity = true) REQUIRES(mu_);
+  // Sends one message to `p` now (sealed when its session is up); returns 0 or the errno, and
+  // in *used the socket it went to.
+  int SendNow(const Peer& p, const Message& msg, void** used) REQUIRES(mu_);
+  void FlushPending(Peer* p) REQUIRES(mu_);
+  void AddSocket(void* socket, SocketKind kind, PeerId peer) REQUIRES(mu_);
+  void RemoveSocket(void* socket) REQUIRES(mu_);
+  // Sealed data plane (zmq_transport_seal.cc).
+  Status BindDataRouter(const std::string& endpoint) REQUIRES(mu_);
+  void RequestSession(PeerId peer) REQUIRES(mu_);                  // dialer, after a handshake
+  // Listener: a CURVE peer's request; dialer: the listener's offer. False when the one-frame
+  // message is neither (counted as malformed).
+  bool OfferSession(const std::string& routing_id, PeerRole role, const uint8_t* request,
+                    size_t size) REQUIRES(mu_);
+  bool AcceptSession(PeerId peer, const uint8_t* offer, size_t size) REQUIRES(mu_);
+  void OnMonitorEvent(void* monitor, PeerId peer) REQUIRES(mu_);
+  // Opens a received sealed message in place; false (counted, first one logged) if refused.
+  bool OpenSealed(SocketKind kind, PeerId dealer_peer, const std::string& routing_id,
+                  void* const* parts, size_t* sizes, PeerId* peer) REQUIRES(mu_);
+  void RefuseSealed(const Status& why);
+  PeerId ListenerPeer(const std::string& routing_id, void* socket) REQUIRES(mu_);
   void Wake();
   void Run();  // the I/O thread
   // Takes at most one message off `socket`; dealer_peer is the DEALER's PeerId, or
   // -1 for the ROUTER. Returns false when none is pending; true otherwise, with *valid telling
   // whether *out holds a well-formed message (a malformed one is counted and dropped).
-  bool ReceiveOne(void* socket, PeerId dealer_peer, Message* out, bool* valid) REQUIRES(mu_);
+  bool ReceiveOne(void* socket, SocketEntry entry, Message* out, bool* valid) REQUIRES(mu_);
   void CloseSockets() REQUIRES(mu_);  // the I/O thread is gone
 
   const TransportOptions options_;
@@ -123,7 +181,11 @@ class ZmqTransport final : public Transport {
   bool sockets_changed_ GUARDED_BY(mu_) = false;
   void* router_ GUARDED_BY(mu_) = nullptr;
   std::vector<void*> sockets_ GUARDED_BY(mu_);  // router first (if any), then DEALERs
-  std::vector<PeerId> socket_peers_ GUARDED_BY(mu_);  // per sockets_ entry: DEALER's id, or -1
+  std::vector<SocketEntry> socket_entries_ GUARDED_BY(mu_);  // per sockets_ entry
+  void* data_router_ GUARDED_BY(mu_) = nullptr;  // sealed data plane: the plain ROUTER
+  std::string data_port_ GUARDED_BY(mu_);        // its port, offered to dialers
+  std::unordered_map<uint64_t, PeerId> sessions_ GUARDED_BY(mu_);  // listener: session id -> peer
+  uint64_t monitors_ GUARDED_BY(mu_) = 0;       // names the monitors' inproc endpoints
   std::vector<Peer> peers_ GUARDED_BY(mu_);  // index = PeerId
   std::unordered_map<std::string, PeerId> routing_ids_ GUARDED_BY(mu_);
   std::mt19937_64 rng_ GUARDED_BY(mu_);  // DEALER routing identities

@@ -10,6 +10,8 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-14-dev  # libFuzzer and the ASan/UBSan runtimes (deploy/fuzz.sh)
   libzmq3-dev cppzmq-dev
+  libssl-dev  # common/zmq_seal: AES-256-GCM of the CURVE sealed data plane (libcrypto)
+  libsodium-dev  # bench/security/cipher_cost.cc: libzmq CURVE's cipher, measured directly
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev

@@ -112,6 +112,80 @@ TEST_F(CurveTest, RefusesAPeerWithoutCurve) {
   EXPECT_EQ(at_server.size(), 0u);
 }
 
+// The bulk data plane: once the CURVE handshake has handed the worker a session, its messages
+// and the server's replies travel sealed on the plain data port, intact and with the role.
+TEST_F(CurveTest, DataTravelsSealedOnTheDataPortWithTheCurveRole) {
+  ZmqTransport server(As(PeerRole::kServer, PeerRole::kUnauthenticated));
+  Collector at_server;
+  const std::string endpoint = StartListener(&server, &at_server);
+  ASSERT_FALSE(server.sealed_data_port().empty());
+  ZmqTransport worker(As(PeerRole::kWorker, PeerRole::kServer));
+  Collector at_worker;
+  worker.SetHandler(at_worker.handler());
+  ASSERT_TRUE(worker.Start().ok());
+  auto peer = worker.Connect(endpoint);
+  ASSERT_TRUE(peer.ok());
+  const std::string big(1 << 20, 'v');
+  size_t sent = 0;
+  // The first messages may go over CURVE, until the session offer has arrived.
+  ASSERT_TRUE(Eventually([&] {
+    EXPECT_TRUE(worker.Send(MakeMessage(*peer, "h" + std::to_string(sent), "k", big)).ok());
+    ++sent;
+    return server.sealed_received() >= 1;
+  }));
+  ASSERT_TRUE(at_server.WaitFor(sent));
+  std::vector<Message> got = at_server.Take();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(Str(got[i].header), "h" + std::to_string(i));  // in order, across the switch
+    EXPECT_EQ(Str(got[i].values), big);
+    EXPECT_EQ(got[i].peer_role, PeerRole::kWorker);
+    EXPECT_EQ(got[i].peer, got[0].peer);  // one PeerId, whichever path
+  }
+  ASSERT_TRUE(server.Send(MakeMessage(got.back().peer, "reply", "", big)).ok());
+  ASSERT_TRUE(at_worker.WaitFor(1));
+  EXPECT_EQ(Str(at_worker.Take()[0].values), big);
+  EXPECT_GE(worker.sealed_received(), 1u);
+  EXPECT_EQ(server.stats().auth_refused, 0u);
+  EXPECT_EQ(worker.stats().auth_refused, 0u);
+}
+
+// A stranger on the plain data port: plain frames, a forged sealed header, a wrong frame count.
+// Each is refused and counted in auth_refused; nothing reaches the handler; the worker goes on.
+TEST_F(CurveTest, RefusesAStrangerOnTheDataPort) {
+  ZmqTransport server(As(PeerRole::kServer, PeerRole::kUnauthenticated));
+  Collector at_server;
+  const std::string endpoint = StartListener(&server, &at_server);
+  const std::string data = "tcp://127.0.0.1:" + server.sealed_data_port();
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_DEALER);
+  ASSERT_EQ(zmq_connect(s, data.c_str()), 0);
+  auto send = [&](const std::vector<std::string>& frames) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      zmq_send(s, frames[i].data(), frames[i].size(), i + 1 < frames.size() ? ZMQ_SNDMORE : 0);
+    }
+  };
+  send({"h", "k", "v"});                                       // a plain Message
+  send({std::string("OSD1") + std::string(17, '\1'), "x", "y", "z"});  // unknown session
+  send({"a", "b", "c", "d", "e"});                             // wrong frame count
+  ASSERT_TRUE(Eventually([&] { return server.stats().auth_refused >= 3; }));
+  EXPECT_EQ(at_server.size(), 0u);
+  EXPECT_EQ(server.stats().messages_received, 0u);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  // A worker of the job is served as before.
+  ZmqTransport worker(As(PeerRole::kWorker, PeerRole::kServer));
+  Collector at_worker;
+  worker.SetHandler(at_worker.handler());
+  ASSERT_TRUE(worker.Start().ok());
+  auto peer = worker.Connect(endpoint);
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(Eventually([&] {
+    EXPECT_TRUE(worker.Send(MakeMessage(*peer, "h", "k", "v")).ok());
+    return server.sealed_received() >= 1;
+  }));
+  EXPECT_EQ(server.stats().auth_refused, 3u);
+}
+
 TEST_F(CurveTest, ASecondZapHandlerOnOneContextCannotStart) {
   void* ctx = zmq_ctx_new();
   {

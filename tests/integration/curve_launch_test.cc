@@ -1,6 +1,7 @@
 // `osprey launch configs/local-curve.yaml` as real processes on real sockets, attacked while it
 // trains: a peer with an unknown key, a peer without CURVE, a worker key sending control ops, an
-// admin asking for a checkpoint in a foreign directory, a worker key registering as a server. Each is refused, counted (the servers'
+// admin asking for a checkpoint in a foreign directory, a worker key registering as a server, a
+// stranger on a server's plain sealed-data port. Each is refused, counted (the servers'
 // statistics), logged once; the job completes. And CURVE does not change what the job learns.
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -140,6 +142,34 @@ TEST(CurveLaunchTest, StrangersAndWrongRolesAreRefusedAndTheJobCompletes) {
   EXPECT_FALSE(fs::exists(base + "/x"));
   proto::ServerStats st = AdminStats(keys, server);
   EXPECT_EQ(st.refused(), 3u);
+  // 5. A stranger on the server's plain sealed-data port (its log names it): a plain message
+  // and a forged sealed header, each refused and counted in auth_refused.
+  const uint64_t refused_before = st.auth_refused();
+  std::string data_port;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    std::smatch m;
+    const std::string logs = ReadFile(base + "/logs/server-0.log") + ReadFile(base + "/logs/server-1.log");
+    const std::regex re("listener tcp://[^ ]*:" + server.substr(server.rfind(':') + 1) +
+                        ": sealed data plane on port ([0-9]+)");
+    if (std::regex_search(logs, m, re)) data_port = m[1];
+    return !data_port.empty();
+  }, std::chrono::seconds(10)));
+  void* ctx = zmq_ctx_new();
+  void* plain = zmq_socket(ctx, ZMQ_DEALER);
+  const std::string data = server.substr(0, server.rfind(':') + 1) + data_port;
+  ASSERT_EQ(zmq_connect(plain, data.c_str()), 0);
+  for (const std::vector<std::string>& frames :
+       {std::vector<std::string>{"h", "k", "v"},
+        std::vector<std::string>{std::string("OSD1") + std::string(17, '\2'), "x", "y", "z"}}) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      zmq_send(plain, frames[i].data(), frames[i].size(), i + 1 < frames.size() ? ZMQ_SNDMORE : 0);
+    }
+  }
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return AdminStats(keys, server).auth_refused() >= refused_before + 2; },
+      std::chrono::seconds(20)));
+  zmq_close(plain);
+  zmq_ctx_term(ctx);
 
   ASSERT_EQ(WaitExit(launcher), 0) << ReadFile(base + "/launch.out");
   // Log file names follow the launch order, not the rank: the attacked server is in one of them.
@@ -152,6 +182,7 @@ TEST(CurveLaunchTest, StrangersAndWrongRolesAreRefusedAndTheJobCompletes) {
   EXPECT_EQ(count("from role 'worker' (only the coordinator or admin may)"), 1u) << log;
   EXPECT_EQ(count("is outside the configured checkpoint.dir"), 1u) << log;
   EXPECT_EQ(count("curve: refused a connection"), 1u) << log;
+  EXPECT_EQ(count("refused a message on the sealed data port"), 1u) << log;
   const std::string report = ReadFile(base + "/report.json");
   EXPECT_GT(testing::JsonNumber(report, "auc"), 0.7);
   // The servers' final reports carry the counts into the job's report.
