@@ -280,6 +280,7 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->samples = hb.samples();
   node->compression_warning = hb.compression_warning();
   ++node->heartbeats;
+  if (hb.role() == proto::ROLE_SERVER) OnRollbackAck(*node, hb, now, out);
   if (shutting_down_) node->told = true;
   Reply(out, from, Snapshot());
 }
@@ -551,6 +552,7 @@ proto::ClusterState JobState::Snapshot() const {
   s.set_metrics_endpoint(metrics_endpoint_);
   s.set_recovering(recovering_);
   *s.mutable_scale() = ScaleStatusProto();
+  FillRollback(&s);
   return s;
 }
 
