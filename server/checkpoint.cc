@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "common/placement.h"
+#include "server/checkpoint_cut.h"
 #include "server/crc32c.h"
 
 namespace osprey::server {
@@ -108,9 +109,7 @@ struct ParsedFile {
 
 Status ParseFile(const std::string& path, ParsedFile* f) {
   f->path = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open checkpoint " + path);
-  f->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  OSPREY_RETURN_IF_ERROR(ReadWholeFile(path, &f->bytes));  // checkpoint_cut.h: one sized read
   Reader r(f->bytes, f->path);
   char magic[8];
   OSPREY_RETURN_IF_ERROR(r.Get(&magic, "magic"));
@@ -276,6 +275,8 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMe
   Status s = WriteAll(fd, out, tmp);
   if (s.ok() && ::fsync(fd) != 0) s = Internal("fsync " + tmp + ": " + std::strerror(errno));
   ::close(fd);
+  // A bsp cut keeps the cut before it (checkpoint_cut.h) until the next is complete everywhere.
+  if (s.ok() && meta.clock > 0) s = KeepPreviousCut(dir, path);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     s = Internal("rename " + tmp + " -> " + path + ": " + std::strerror(errno));
   }
@@ -369,15 +370,19 @@ Status VerifyFile(const ParsedFile& f, int r, int n, const CheckpointMeta& curre
 
 }  // namespace
 
-StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
-                                                  const CheckpointMeta& current, Store* store,
-                                                  RestoreInfo* info) {
-  OSPREY_ASSIGN_OR_RETURN(const int n, CheckpointFiles(dir));
+namespace {
+
+// Restores from files[r] = the path of server r's file (of n; one entry when only this server's
+// own file is read, `own_rank` then its rank).
+StatusOr<std::vector<uint64_t>> RestoreFiles(const std::vector<std::string>& paths, int n,
+                                             int own_rank, const CheckpointMeta& current,
+                                             Store* store, RestoreInfo* info) {
   // Pass 1: read and verify everything; nothing is imported before all files passed.
-  std::vector<ParsedFile> files(n);
-  for (int r = 0; r < n; ++r) {
-    OSPREY_RETURN_IF_ERROR(ParseFile(CheckpointPath(dir, r, n), &files[r]));
-    OSPREY_RETURN_IF_ERROR(VerifyFile(files[r], r, n, current, *store));
+  std::vector<ParsedFile> files(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const int r = paths.size() == 1 && own_rank >= 0 ? own_rank : static_cast<int>(i);
+    OSPREY_RETURN_IF_ERROR(ParseFile(paths[i], &files[i]));
+    OSPREY_RETURN_IF_ERROR(VerifyFile(files[i], r, n, current, *store));
   }
   // Pass 2: import what this server owns.
   if (info != nullptr) {
@@ -392,8 +397,9 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
   std::vector<uint64_t> versions(current.tables.size(), 0);
   if (info != nullptr) {
     info->table_states.assign(current.tables.size(), std::vector<std::string>(n));
-    for (int r = 0; r < n; ++r) {
-      for (auto& [t, state] : files[r].states) info->table_states[t][r] = std::move(state);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const int r = files[i].header.server_rank();
+      for (auto& [t, state] : files[i].states) info->table_states[t][r] = std::move(state);
     }
   }
   for (const ParsedFile& f : files) {
@@ -406,6 +412,23 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
     }));
   }
   return versions;
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
+                                                  const CheckpointMeta& current, Store* store,
+                                                  RestoreInfo* info) {
+  OSPREY_ASSIGN_OR_RETURN(const int n, CheckpointFiles(dir));
+  std::vector<std::string> paths;
+  for (int r = 0; r < n; ++r) paths.push_back(CheckpointPath(dir, r, n));
+  return RestoreFiles(paths, n, -1, current, store, info);
+}
+
+StatusOr<std::vector<uint64_t>> RestoreOwnCheckpointFile(const std::string& path,
+                                                         const CheckpointMeta& current,
+                                                         Store* store, RestoreInfo* info) {
+  return RestoreFiles({path}, current.num_servers, current.rank, current, store, info);
 }
 
 }  // namespace osprey::server

@@ -86,4 +86,12 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
                                                   const CheckpointMeta& current, Store* store,
                                                   RestoreInfo* info = nullptr);
 
+// The same from one file only: `path` is server current.rank's own file of a checkpoint of
+// current.num_servers servers (the bsp rollback's cut file, checkpoint_cut.h), so every record
+// this server owns is in it. Verified completely before anything is imported, like the above.
+StatusOr<std::vector<uint64_t>> RestoreOwnCheckpointFile(const std::string& path,
+                                                         const CheckpointMeta& current,
+                                                         Store* store,
+                                                         RestoreInfo* info = nullptr);
+
 }  // namespace osprey::server
