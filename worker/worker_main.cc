@@ -252,6 +252,7 @@ int main(int argc, char** argv) {
   auto dtransport = rdma::MakeDataTransport(job, *data_options);
   if (!dtransport.ok()) return Fail(dtransport.status(), "transport");
   worker::Client client(copts, std::move(*dtransport), reg->shard_map());
+  client.SetRollbackGeneration(reg->rollback_generation());  // bsp rollback: a later-started worker
   Status s = client.Start();
   if (!s.ok()) return Fail(s, "client");
 
