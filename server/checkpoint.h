@@ -69,6 +69,12 @@ struct RestoreInfo {
   int64_t max_clock = 0;
   // [table][file rank]: the admission / eviction state of each file ("" where it has none).
   std::vector<std::vector<std::string>> table_states;
+  // Where the time went (the restore speed's log line): reading and parsing the files, checking
+  // every record against this server's layout, importing into the store; the bytes read.
+  double read_seconds = 0;
+  double verify_seconds = 0;
+  double import_seconds = 0;
+  uint64_t bytes = 0;
 };
 
 // "DIR/server-R-of-N.ckpt".

@@ -147,8 +147,10 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
                           ? std::to_string(info.min_clock)
                           : std::to_string(info.min_clock) + ".." +
                                 std::to_string(info.max_clock) + ", NOT one cut";
-  OSPREY_LOG_INFO("server {} restored checkpoint {} ({} files, clock {}): versions [{}]", rank(),
-                  restore_dir_, info.files, clock, list);
+  OSPREY_LOG_INFO("server {} restored checkpoint {} ({} files, clock {}): versions [{}]; {:.1f} MB: "
+                  "read {:.2f} s, verify {:.2f} s, import {:.2f} s", rank(), restore_dir_, info.files,
+                  clock, list, static_cast<double>(info.bytes) / 1e6, info.read_seconds,
+                  info.verify_seconds, info.import_seconds);
   return Status::OK();
 }
 
