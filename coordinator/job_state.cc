@@ -282,6 +282,7 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->step_seconds = hb.step_seconds();
   node->density = hb.density();
   ++node->heartbeats;
+  if (hb.role() == proto::ROLE_SERVER) OnRollbackAck(*node, hb, now, out);
   if (shutting_down_) node->told = true;
   Reply(out, from, Snapshot());
 }
@@ -556,6 +557,7 @@ proto::ClusterState JobState::Snapshot() const {
   s.set_metrics_endpoint(metrics_endpoint_);
   s.set_recovering(recovering_);
   *s.mutable_scale() = ScaleStatusProto();
+  FillRollback(&s);
   return s;
 }
 

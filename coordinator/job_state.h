@@ -187,6 +187,11 @@ class JobState {
   void OnServerDead(Node& node, const std::string& what, Clock::time_point now, Outbox* out);
   void FailUnreplacedServers(Clock::time_point now, Outbox* out);
   Status CheckIncarnation(const Node& node, uint64_t incarnation) const;
+  // bsp rollback (job_state_rollback.cc).
+  void BeginRollback(int replaced_rank);
+  void OnRollbackAck(const Node& server, const proto::Heartbeat& hb, Clock::time_point now,
+                     Outbox* out);
+  void FillRollback(proto::ClusterState* s) const;
   // Recovery (job_state_recover.cc).
   void OnRejoin(const ReplyAddress& from, const proto::RegisterRequest& req, Clock::time_point now,
                 Outbox* out);
@@ -236,7 +241,15 @@ class JobState {
   std::map<int, ReplyAddress> scale_pauses_;  // worker rank -> its SCALE_PAUSE
   std::map<int, ReplyAddress> scale_done_;    // server rank -> its SCALE_DONE
   proto::ShardMap scale_target_;
-  std::string scale_refusal_;  // ScaleRefusal(config): why this job cannot scale, if it cannot
+  std::string scale_refusal_;
+  struct Rollback {  // bsp rollback (job_state_rollback.cc)
+    uint64_t generation = 0;
+    bool clock_known = false;
+    int64_t clock = 0;
+    std::vector<bool> acked;  // by server rank, for this generation
+    bool ready = false;
+  };
+  Rollback rollback_;  // ScaleRefusal(config): why this job cannot scale, if it cannot
 };
 
 // "worker 1 (pid 1234)": how logs and errors name a node.

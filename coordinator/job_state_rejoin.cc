@@ -70,6 +70,7 @@ void JobState::RejoinWorker(const ReplyAddress& from, const proto::RegisterReque
   reply.set_local_size(node.local_size);
   reply.set_rejoined(true);
   reply.set_resume_clock(node.clock);
+  reply.set_rollback_generation(rollback_.generation);  // bsp rollback: its requests stamp it
   out->push_back(OutgoingReply{from, Status::OK(), SerializeMessage(reply)});
 }
 

@@ -76,6 +76,8 @@ void JobState::OnReplaceServer(const ReplyAddress& from, const proto::RegisterRe
   node.samples = 0;
   ++node.replacements;
   server_reports_.erase(rank);  // the old process's statistics, if any, are not this one's
+  if (req.bsp_rollback()) BeginRollback(rank);  // job_state_rollback.cc
+  reply.set_rollback_generation(rollback_.generation);
   shard_map_.set_epoch(shard_map_.epoch() + 1);
   shard_map_.set_server_endpoints(rank, node.endpoint);
   reply.set_rank(rank);

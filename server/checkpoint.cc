@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <regex>
 
 #include "common/placement.h"
+#include "server/checkpoint_cut.h"
 #include "server/crc32c.h"
 
 namespace osprey::server {
@@ -108,9 +110,7 @@ struct ParsedFile {
 
 Status ParseFile(const std::string& path, ParsedFile* f) {
   f->path = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open checkpoint " + path);
-  f->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  OSPREY_RETURN_IF_ERROR(ReadWholeFile(path, &f->bytes));  // checkpoint_cut.h: one sized read
   Reader r(f->bytes, f->path);
   char magic[8];
   OSPREY_RETURN_IF_ERROR(r.Get(&magic, "magic"));
@@ -276,6 +276,8 @@ StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMe
   Status s = WriteAll(fd, out, tmp);
   if (s.ok() && ::fsync(fd) != 0) s = Internal("fsync " + tmp + ": " + std::strerror(errno));
   ::close(fd);
+  // A bsp cut keeps the cut before it (checkpoint_cut.h) until the next is complete everywhere.
+  if (s.ok() && meta.clock > 0) s = KeepPreviousCut(dir, path);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     s = Internal("rename " + tmp + " -> " + path + ": " + std::strerror(errno));
   }
@@ -369,16 +371,30 @@ Status VerifyFile(const ParsedFile& f, int r, int n, const CheckpointMeta& curre
 
 }  // namespace
 
-StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
-                                                  const CheckpointMeta& current, Store* store,
-                                                  RestoreInfo* info) {
-  OSPREY_ASSIGN_OR_RETURN(const int n, CheckpointFiles(dir));
+namespace {
+
+// Restores from files[r] = the path of server r's file (of n; one entry when only this server's
+// own file is read, `own_rank` then its rank).
+StatusOr<std::vector<uint64_t>> RestoreFiles(const std::vector<std::string>& paths, int n,
+                                             int own_rank, const CheckpointMeta& current,
+                                             Store* store, RestoreInfo* info) {
   // Pass 1: read and verify everything; nothing is imported before all files passed.
-  std::vector<ParsedFile> files(n);
-  for (int r = 0; r < n; ++r) {
-    OSPREY_RETURN_IF_ERROR(ParseFile(CheckpointPath(dir, r, n), &files[r]));
-    OSPREY_RETURN_IF_ERROR(VerifyFile(files[r], r, n, current, *store));
+  using SteadyClock = std::chrono::steady_clock;
+  auto since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  };
+  double read_s = 0, verify_s = 0;
+  std::vector<ParsedFile> files(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const int r = paths.size() == 1 && own_rank >= 0 ? own_rank : static_cast<int>(i);
+    auto t0 = SteadyClock::now();
+    OSPREY_RETURN_IF_ERROR(ParseFile(paths[i], &files[i]));
+    read_s += since(t0);
+    t0 = SteadyClock::now();
+    OSPREY_RETURN_IF_ERROR(VerifyFile(files[i], r, n, current, *store));
+    verify_s += since(t0);
   }
+  const auto import_start = SteadyClock::now();
   // Pass 2: import what this server owns.
   if (info != nullptr) {
     info->files = n;
@@ -392,10 +408,22 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
   std::vector<uint64_t> versions(current.tables.size(), 0);
   if (info != nullptr) {
     info->table_states.assign(current.tables.size(), std::vector<std::string>(n));
-    for (int r = 0; r < n; ++r) {
-      for (auto& [t, state] : files[r].states) info->table_states[t][r] = std::move(state);
+    for (size_t i = 0; i < files.size(); ++i) {
+      const int r = files[i].header.server_rank();
+      for (auto& [t, state] : files[i].states) info->table_states[t][r] = std::move(state);
     }
   }
+  // Size the index once: this server's file's records (same server count), else an even share.
+  std::vector<uint64_t> expect(current.tables.size(), 0);
+  for (const ParsedFile& f : files) {
+    const bool own = n == current.num_servers && static_cast<int>(f.header.server_rank()) == current.rank;
+    for (const ParsedFile::Block& b : f.blocks) {
+      if (b.table >= expect.size()) continue;
+      expect[b.table] += n == current.num_servers ? (own ? b.records : 0)
+                                                  : b.records / std::max(1, current.num_servers);
+    }
+  }
+  for (size_t t = 0; t < expect.size(); ++t) store->ReserveRecords(static_cast<uint32_t>(t), expect[t]);
   for (const ParsedFile& f : files) {
     for (int t = 0; t < f.header.versions_size() && t < static_cast<int>(versions.size()); ++t) {
       versions[t] = std::max(versions[t], f.header.versions(t));
@@ -405,7 +433,30 @@ StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
       return Owns(current, t, key) ? store->ImportRecord(t, key, data, floats) : Status::OK();
     }));
   }
+  if (info != nullptr) {
+    info->read_seconds = read_s;
+    info->verify_seconds = verify_s;
+    info->import_seconds = since(import_start);
+    for (const ParsedFile& f : files) info->bytes += f.bytes.size();
+  }
   return versions;
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint64_t>> RestoreCheckpoint(const std::string& dir,
+                                                  const CheckpointMeta& current, Store* store,
+                                                  RestoreInfo* info) {
+  OSPREY_ASSIGN_OR_RETURN(const int n, CheckpointFiles(dir));
+  std::vector<std::string> paths;
+  for (int r = 0; r < n; ++r) paths.push_back(CheckpointPath(dir, r, n));
+  return RestoreFiles(paths, n, -1, current, store, info);
+}
+
+StatusOr<std::vector<uint64_t>> RestoreOwnCheckpointFile(const std::string& path,
+                                                         const CheckpointMeta& current,
+                                                         Store* store, RestoreInfo* info) {
+  return RestoreFiles({path}, current.num_servers, current.rank, current, store, info);
 }
 
 }  // namespace osprey::server

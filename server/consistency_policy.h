@@ -13,6 +13,7 @@
 // immutable after Make.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -53,6 +54,10 @@ class WorkerClocks {
   int64_t Slowest() const;
   void SetLive(const std::vector<int>& ranks);
   bool any() const { return !progress_.empty(); }
+  // bsp rollback: progress[worker] = min(progress, clock) for every worker.
+  void RewindTo(int64_t clock) {
+    for (auto& [worker, p] : progress_) p = std::min(p, clock);
+  }
 
  private:
   std::unordered_map<int, int64_t> progress_;

@@ -278,7 +278,7 @@ Status NativeStore::ImportRecord(uint32_t table, uint64_t key, const float* data
                            std::to_string(want) + " (another optimizer or dim?)");
   }
   if (SparseTable* t = sparse(table)) {
-    std::memcpy(t->FindOrCreate(key), data, floats * sizeof(float));
+    std::memcpy(t->FindOrCreateForOverwrite(key), data, floats * sizeof(float));
     return Status::OK();
   }
   DenseTable* t = dense(table);
@@ -288,6 +288,10 @@ Status NativeStore::ImportRecord(uint32_t table, uint64_t key, const float* data
   std::memcpy(c->state.data(), data + c->floats, c->state.size() * sizeof(float));
   c->initialized = true;
   return Status::OK();
+}
+
+void NativeStore::ReserveRecords(uint32_t table, uint64_t n) {
+  if (SparseTable* t = sparse(table)) t->Reserve(t->num_rows() + n);
 }
 
 size_t NativeStore::RecordFloats(uint32_t table, uint64_t key) const {

@@ -51,6 +51,7 @@ class NativeStore : public Store {
                     const float* values) override;
   Status ExportRecords(uint32_t table, const RecordVisitor& visit) const override;
   Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) override;
+  void ReserveRecords(uint32_t table, uint64_t n) override;
   size_t RecordFloats(uint32_t table, uint64_t key) const override;
   size_t ChunkFloats(uint32_t table, uint64_t chunk) const override;
   uint64_t num_rows(uint32_t table) const override;

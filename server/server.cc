@@ -264,6 +264,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   }
   DataRequest r;
   OSPREY_RETURN_IF_ERROR(ValidateData(h, msg, &r));
+  OSPREY_RETURN_IF_ERROR(CheckGeneration(h));  // bsp rollback (server_rollback.cc)
   if (r.is_pull) {
     // The shard answers the pull itself, now or when its clock is ready.
     *answered_later = true;

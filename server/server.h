@@ -36,6 +36,7 @@
 #include "common/thread_annotations.h"
 #include "common/transport.h"
 #include "proto/wire.h"
+#include "server/checkpoint.h"
 #include "server/checkpoint_scheduler.h"
 #include "server/server_metrics.h"
 #include "server/codec_decode.h"
@@ -132,6 +133,19 @@ class Server : private Replier {
     MutexLock work(&work_mu_);
     replacement_ = replacement;
   }
+  // bsp rollback (server_rollback.cc; coordinator/job_state_rollback.cc). A replacement told
+  // rollback generation G > 0 at registration (before Activate): Activate restores the newest
+  // cut every server's checkpoint has (checkpoint_cut.h) from its own file, instead of every
+  // file's newest, and refuses data requests of a generation < G (Aborted).
+  void SetBspRollback(uint64_t generation) EXCLUDES(work_mu_);
+  // Every other server, told G and the cut clock C by the coordinator: answers what it holds
+  // with Aborted, drops every row, reloads its own file of cut C from checkpoint.dir, resumes
+  // its bsp tables at C and refuses generations < G. Nothing when G was already rolled back.
+  // Errors: no file of cut C (checkpoint_cut.h), the restore's.
+  Status RollBack(uint64_t generation, int64_t clock) EXCLUDES(work_mu_);
+  // The generation this server has rolled back for (0: none) and its cut clock; any thread.
+  uint64_t rollback_acked() const { return rollback_acked_.load(); }
+  int64_t rollback_cut_clock() const { return rollback_cut_.load(); }
   // Writes this server's checkpoint file into `dir` now (a per-server snapshot, clock 0);
   // returns its path.
   StatusOr<std::string> Checkpoint(const std::string& dir) EXCLUDES(work_mu_);
@@ -215,6 +229,11 @@ class Server : private Replier {
   Status CreateTables(const proto::ShardMap& map, const std::vector<config::TableConfig>& tables,
                       bool* timer) REQUIRES(work_mu_);
   Status RestoreLocked(const proto::ShardMap& map) REQUIRES(work_mu_);
+  // bsp rollback (server_rollback.cc): loads this server's file of cut `clock` of `dir` (< 0: the
+  // newest cut every server has) into the (empty) store; returns the clock.
+  StatusOr<int64_t> RestoreCutLocked(const std::string& dir, int64_t clock, RestoreInfo* info)
+      REQUIRES(work_mu_);
+  Status CheckGeneration(const proto::Header& h) const REQUIRES(work_mu_);
   // Replier.
   void Reply(PeerId peer, const proto::Header& header, Buffer values) override;
   void ReplyError(PeerId peer, const proto::Header& request, const Status& status) override;
@@ -264,6 +283,9 @@ class Server : private Replier {
   config::CheckpointConfig checkpoint_ GUARDED_BY(work_mu_);
   std::string restore_dir_ GUARDED_BY(work_mu_);
   bool replacement_ GUARDED_BY(work_mu_) = false;
+  uint64_t rollback_generation_ GUARDED_BY(work_mu_) = 0;  // refused below it
+  std::atomic<uint64_t> rollback_acked_{0};
+  std::atomic<int64_t> rollback_cut_{0};
   std::vector<config::TableConfig> table_configs_ GUARDED_BY(work_mu_);
   std::unique_ptr<CheckpointScheduler> scheduler_ GUARDED_BY(work_mu_);  // from Activate
   std::vector<uint64_t> restored_versions_ GUARDED_BY(work_mu_);

@@ -110,6 +110,17 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
     now.optimizers.push_back(OptimizerTypeName(table_configs_[i].optimizer.type));
   }
   RestoreInfo info;
+  if (replacement_ && rollback_generation_ > 0) {  // bsp rollback: the newest common cut
+    OSPREY_ASSIGN_OR_RETURN(const int64_t cut, RestoreCutLocked(restore_dir_, -1, &info));
+    for (auto& t : tables_) {
+      if (t->bsp()) t->set_done(cut);
+    }
+    rollback_cut_.store(cut);
+    rollback_acked_.store(rollback_generation_);
+    OSPREY_LOG_INFO("server {} (replacement) restored bsp cut clock {} of {} for rollback "
+                    "generation {}", rank(), cut, restore_dir_, rollback_generation_);
+    return Status::OK();
+  }
   OSPREY_ASSIGN_OR_RETURN(std::vector<uint64_t> versions,
                           RestoreCheckpoint(restore_dir_, now, store_.get(), &info));
   std::string list;
@@ -136,8 +147,10 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
                           ? std::to_string(info.min_clock)
                           : std::to_string(info.min_clock) + ".." +
                                 std::to_string(info.max_clock) + ", NOT one cut";
-  OSPREY_LOG_INFO("server {} restored checkpoint {} ({} files, clock {}): versions [{}]", rank(),
-                  restore_dir_, info.files, clock, list);
+  OSPREY_LOG_INFO("server {} restored checkpoint {} ({} files, clock {}): versions [{}]; {:.1f} MB: "
+                  "read {:.2f} s, verify {:.2f} s, import {:.2f} s", rank(), restore_dir_, info.files,
+                  clock, list, static_cast<double>(info.bytes) / 1e6, info.read_seconds,
+                  info.verify_seconds, info.import_seconds);
   return Status::OK();
 }
 

@@ -25,6 +25,7 @@
 #include "common/rdma/data_transport.h"
 #include "coordinator/coordinator_client.h"
 #include "server/redis/job_store.h"
+#include "server/rollback_runner.h"
 #include "server/scale_agent.h"
 #include "server/server.h"
 #include "server/server_metrics.h"
@@ -85,7 +86,7 @@ using namespace osprey;  // NOLINT: this file's helpers, as main
 StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* coord,
                                               const std::string& endpoint, int rank,
                                               const std::string& metrics_endpoint, int timeout_ms,
-                                              bool joining) {
+                                              bool joining, bool bsp_rollback) {
   proto::RegisterRequest req;
   req.set_role(proto::ROLE_SERVER);
   req.set_endpoint(endpoint);
@@ -96,13 +97,15 @@ StatusOr<proto::RegisterReply> RegisterServer(coordinator::CoordinatorClient* co
   req.set_metrics_endpoint(metrics_endpoint);
   req.set_incarnation(ProcessIncarnation());
   req.set_joining(joining);
+  req.set_bsp_rollback(bsp_rollback);
   return coord->Register(req, timeout_ms);
 }
 
 // Heartbeats that keep the server's live-worker set current and end the loop in main.
 coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, int rank,
                                          server::Server* srv, std::atomic<bool>* finished,
-                                         std::atomic<bool>* lost, server::ScaleAgent* agent) {
+                                         std::atomic<bool>* lost, server::ScaleAgent* agent,
+                                         server::RollbackRunner* rollback) {
   coordinator::HeartbeatOptions hb;
   hb.interval_ms = cluster.heartbeat_interval_ms;
   hb.timeout_ms = cluster.heartbeat_timeout_ms;
@@ -117,10 +120,13 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
     server::ServerStatsSnapshot st = srv->stats();
     h.set_clock(static_cast<int64_t>(srv->max_table_version()));
     h.set_samples(st.pushes_applied);
+    h.set_rollback_acked(srv->rollback_acked());  // bsp rollback (server_rollback.cc)
+    h.set_rollback_cut_clock(srv->rollback_cut_clock());
     return h;
   };
-  hb.on_state = [srv, finished, agent](const proto::ClusterState& st) {
+  hb.on_state = [srv, finished, agent, rollback](const proto::ClusterState& st) {
     if (st.shutting_down()) finished->store(true);
+    rollback->Request(st);  // bsp rollback: reload the cut the coordinator names
     agent->OnState(st);  // a scale step: move this server's rows (scale_agent.h)
     // bsp windows and ssp bounds wait only for live workers: a dead one releases them.
     std::vector<int> live;
@@ -230,6 +236,7 @@ int main(int argc, char** argv) {
   OSPREY_LOG_INFO("store: {}", config::StoreName(job->store));
   metrics::Registry registry;  // outlives srv, which counts into it
   server::Server srv(std::move(*transport), std::move(store->store));
+  server::RollbackRunner rollback(&srv);  // joined before srv goes
   std::unique_ptr<metrics::Exposer> exposer;  // stops before srv, whose stats it reads
   if (job->metrics.enabled()) {
     srv.SetMetrics(&registry);
@@ -248,9 +255,17 @@ int main(int argc, char** argv) {
   auto coord = coordinator::CoordinatorClient::Create(std::move(*ctransport), job->cluster.coordinator);
   if (!coord.ok()) return Fail(coord.status(), "coordinator");
   // A joining server waits for the scale step that takes it in (osprey scale), not just startup.
+  // bsp rollback (issue 12): a replacement restoring a native-store bsp job asks every server to
+  // go back to the newest common cut and the workers to rewind to it.
+  bool bsp_tables = false;
+  for (const config::TableConfig& t : job->tables) {
+    bsp_tables = bsp_tables || t.consistency.mode == config::ConsistencyMode::kBsp;
+  }
+  const bool bsp_rollback = bsp_tables && !restore.empty() &&
+                            job->store.type == config::StoreType::kNative;
   auto reg = RegisterServer(coord->get(), *bound, join ? -1 : flags.rank, exposer ? exposer->url() : "",
                             join ? std::max(job->cluster.startup_timeout_ms, 3600000)
-                                 : job->cluster.startup_timeout_ms, join);
+                                 : job->cluster.startup_timeout_ms, join, bsp_rollback);
   if (!reg.ok()) return Fail(reg.status(), "register");
   // Every worker is live at the start (all registered before the reply); heartbeats update it.
   std::vector<int> workers(static_cast<size_t>(std::max(0, reg->num_workers())));
@@ -259,6 +274,9 @@ int main(int argc, char** argv) {
   srv.SetCheckpointConfig(job->checkpoint);
   if (!restore.empty()) srv.SetRestoreDir(restore);
   srv.SetReplacement(reg->replaced());
+  if (bsp_rollback && reg->replaced() && reg->rollback_generation() > 0) {
+    srv.SetBspRollback(reg->rollback_generation());
+  }
   // Heartbeats from the registration on: a restore (a replacement's 1M rows take seconds) must
   // not look like a dead server to the coordinator.
   std::atomic<bool> finished{false};
@@ -269,7 +287,8 @@ int main(int argc, char** argv) {
     if (!dial.ok()) return StatusOr<std::unique_ptr<Transport>>(dial.status());
     return rdma::MakeDataTransport(*job, *dial);
   }, std::max(job->client.timeout_ms, job->cluster.startup_timeout_ms));
-  coordinator::HeartbeatOptions hb = Heartbeats(job->cluster, rank, &srv, &finished, &lost, &agent);
+  coordinator::HeartbeatOptions hb =
+      Heartbeats(job->cluster, rank, &srv, &finished, &lost, &agent, &rollback);
   Status s = (*coord)->StartHeartbeats(hb);
   if (!s.ok()) return Fail(s, "heartbeats");
   s = store->take_over(reg->rank());
@@ -280,7 +299,7 @@ int main(int argc, char** argv) {
   const ReplacementLoss loss = MeasureReplacement(*reg, &srv);
   if (exposer) OSPREY_LOG_INFO("server {} metrics on {}", reg->rank(), exposer->url());
 
-  while (!finished.load() && !lost.load() && !g_stop.load() && !agent.removed()) {
+  while (!finished.load() && !lost.load() && !g_stop.load() && !agent.removed() && !rollback.failed()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (lost.load() && agent.leaving()) agent.WaitDone();  // the reply may trail the heartbeat's
@@ -318,5 +337,5 @@ int main(int argc, char** argv) {
   (*coord)->Stop();
   exposer.reset();
   srv.Stop();
-  return lost.load() ? 1 : 0;
+  return lost.load() || rollback.failed() ? 1 : 0;
 }

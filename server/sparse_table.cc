@@ -46,7 +46,7 @@ void SparseTable::InitialWeights(uint64_t key, float* w) const {
   InitialRowWeights(init_, table_id_, key, dim_, w);
 }
 
-uint32_t SparseTable::NewRow(uint64_t key) {
+uint32_t SparseTable::NewRow(uint64_t key, bool init) {
   uint32_t row;
   if (!free_rows_.empty()) {  // a deleted row's storage (EraseRows), history cleared
     row = free_rows_.back();
@@ -62,9 +62,11 @@ uint32_t SparseTable::NewRow(uint64_t key) {
       std::memset(history_.back().get(), 0, hist_bytes);
     }
   }
-  float* p = RowPtr(row);
-  InitialWeights(key, p);
-  state_.init(p + dim_, dim_);
+  if (init) {
+    float* p = RowPtr(row);
+    InitialWeights(key, p);
+    state_.init(p + dim_, dim_);
+  }
   ++num_rows_;
   return row;
 }
@@ -107,7 +109,11 @@ void SparseTable::Grow() {
   }
 }
 
-uint32_t SparseTable::FindOrCreateIndex(uint64_t key) {
+void SparseTable::Reserve(uint64_t rows) {
+  while (rows * 10 > slots_.size() * 7) Grow();
+}
+
+uint32_t SparseTable::FindOrCreateIndex(uint64_t key, bool init) {
   size_t i = SlotOf(key);
   while (true) {
     Slot& s = slots_[i];
@@ -117,9 +123,9 @@ uint32_t SparseTable::FindOrCreateIndex(uint64_t key) {
   }
   if ((num_rows_ + 1) * 10 > slots_.size() * 7) {
     Grow();
-    return FindOrCreateIndex(key);
+    return FindOrCreateIndex(key, init);
   }
-  uint32_t row = NewRow(key);
+  uint32_t row = NewRow(key, init);
   slots_[i] = Slot{key, row};
   return row;
 }

@@ -48,6 +48,11 @@ class SparseTable {
 
   // The row of `key` (weights then state), created if missing. Valid until the table dies.
   float* FindOrCreate(uint64_t key);
+  // A restore's import: the row of `key`, created without its initial weights and state (the
+  // caller overwrites all of them at once).
+  float* FindOrCreateForOverwrite(uint64_t key) { return RowPtr(FindOrCreateIndex(key, false)); }
+  // Sizes the index for `rows` rows, so that many inserts never rehash.
+  void Reserve(uint64_t rows);
   // The row of `key` or nullptr.
   float* Find(uint64_t key) const;
 
@@ -96,8 +101,8 @@ class SparseTable {
   uint64_t* HistoryPtr(uint32_t row) const {
     return history_[row / kRowsPerBlock].get() + size_t{row % kRowsPerBlock} * kRowHistory;
   }
-  uint32_t NewRow(uint64_t key);
-  uint32_t FindOrCreateIndex(uint64_t key);
+  uint32_t NewRow(uint64_t key, bool init = true);
+  uint32_t FindOrCreateIndex(uint64_t key, bool init = true);
   uint32_t FindIndex(uint64_t key) const;  // kEmpty when missing
   void Grow();
 

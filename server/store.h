@@ -189,6 +189,8 @@ class Store {
   // Overwrites (creating if needed) the record `key` with `floats` floats laid out as exported.
   // InvalidArgument when `floats` is not RecordFloats(table, key) or the chunk is not owned.
   virtual Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) = 0;
+  // A hint before importing about `n` records into `table` (a restore): size the index once.
+  virtual void ReserveRecords(uint32_t table, uint64_t n) {}
   virtual size_t RecordFloats(uint32_t table, uint64_t key) const = 0;
 
   // Number of floats of dense chunk `chunk` of `table` (the last chunk may be short).

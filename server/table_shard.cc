@@ -335,6 +335,23 @@ Status TableShard::Fail(const Status& cause, int64_t clock, int pushes) {
   return failed_;
 }
 
+void TableShard::Rewind(int64_t clock, const Status& why) {
+  for (auto& [c, w] : windows_) {
+    for (const PendingReply& a : w.acks) {
+      replier_->ReplyError(a.peer, a.request, why);
+      ReleaseAck(a);
+    }
+  }
+  windows_.clear();
+  for (const HeldPull& p : held_) {
+    replier_->ReplyError(p.msg.peer, p.header, why);
+    ReleasePull(p);
+  }
+  held_.clear();
+  if (bsp()) done_ = clock;
+  clocks_.RewindTo(clock);
+}
+
 Status TableShard::Advance(int64_t now_us) {
   if (!failed_.ok()) return failed_;
   now_us_ = std::max(now_us_, now_us);

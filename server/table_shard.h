@@ -216,6 +216,9 @@ class TableShard {
   int64_t done() const { return done_; }
   // bsp: a replacement server (failover) resumes at its checkpoint's clock, not at 0.
   void set_done(int64_t clock) { done_ = clock; }
+  // bsp rollback (server_rollback.cc): answers every held pull and ack with `why`, drops the
+  // open windows, and sets the clocks closed and every worker's progress back to `clock`.
+  void Rewind(int64_t clock, const Status& why);
   size_t num_held() const { return held_.size(); }
   // Held pulls and held acks are admitted against `budget` (borrowed, outlives the shard; null:
   // unlimited); one beyond it is answered with the budget's ResourceExhausted error at once.

@@ -289,6 +289,13 @@ Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
     const StepTimes before = times_;
     const uint64_t samples_before = samples_.load();
     if (boundary_ != nullptr && boundary_->Pending(i)) OSPREY_RETURN_IF_ERROR(AtBoundary(i));
+    uint64_t generation = 0;
+    int64_t rewind_to = 0;
+    if (client_->ReadyRollback(&generation, &rewind_to)) {  // bsp rollback (trainer_resume.cc)
+      OSPREY_RETURN_IF_ERROR(Rewind(generation, rewind_to));
+      i = rewind_to - 1;
+      continue;
+    }
     const auto step_start = std::chrono::steady_clock::now();
     const double encode_before = compressor_ != nullptr ? compressor_->encode_seconds() : 0;
     Status s = Step(&batch);
@@ -302,6 +309,11 @@ Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
       step_metrics_->AddSamples(samples_.load() - samples_before);
     }
     if (s.code() == StatusCode::kOutOfRange) break;
+    if (!s.ok() && AwaitRollback(s, &generation, &rewind_to)) {
+      OSPREY_RETURN_IF_ERROR(Rewind(generation, rewind_to));
+      i = rewind_to - 1;
+      continue;
+    }
     OSPREY_RETURN_IF_ERROR(s);
     if (on_log && (i + 1) % job_.train.log_every_steps == 0) on_log(progress());
   }

@@ -158,6 +158,13 @@ class Trainer final : public TrainLoop {
   // Before step `step` when boundary_ says so: drain, pause, and go on with the client it gives
   // (trainer_scale.cc).
   Status AtBoundary(int64_t step);
+  // bsp rollback (trainer_resume.cc): after a step that failed with `s`, waits (at most the
+  // server replace timeout) for the job's rollback to be ready when one was announced or `s` is a
+  // server's Aborted refusal; true with *generation, *clock when there is one to rewind to.
+  bool AwaitRollback(const Status& s, uint64_t* generation, int64_t* clock);
+  // Drops what is in flight, moves the data stream to clock `clock`'s first sample and the step
+  // counter back to it, and stamps `generation` in every later request.
+  Status Rewind(uint64_t generation, int64_t clock);
 
   const config::JobConfig& job_;
   const int rank_;
@@ -188,6 +195,7 @@ class Trainer final : public TrainLoop {
 
   uint64_t rows_pulled_ = 0;
   int64_t first_step_ = 0;  // ResumeAt
+  int64_t clocks_redone_ = 0;  // bsp rollbacks: clocks trained again
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};

@@ -6,6 +6,8 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace osprey::worker {
 
@@ -35,6 +37,48 @@ Status Trainer::ResumeAt(int64_t step) {
   samples_.store(static_cast<uint64_t>(samples));  // a full batch per step before the restart
   OSPREY_LOG_INFO("worker {} resumes at step {} of {} (skipped {} samples of its stream)", rank_, step,
                   job_.train.steps, samples);
+  return Status::OK();
+}
+
+// bsp rollback (issue 12; coordinator/job_state_rollback.cc): a replaced server made every
+// server go back to the last consistent cut; this worker rewinds to its clock and trains the
+// clocks from there again, exactly as before (the synthetic stream is a function of the sample
+// index, bsp windows close on every worker's push of the clock).
+bool Trainer::AwaitRollback(const Status& s, uint64_t* generation, int64_t* clock) {
+  if (!client_->RollbackAnnounced() && s.code() != StatusCode::kAborted) return false;
+  const int budget_ms = std::max(job_.cluster.server_replace_timeout_ms, 0) +
+                        2 * job_.cluster.heartbeat_timeout_ms;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+  while (!client_->ReadyRollback(generation, clock)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      OSPREY_LOG_ERROR("worker {}: step failed ({}) and no bsp rollback became ready within {} ms",
+                       rank_, s.ToString(), budget_ms);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+Status Trainer::Rewind(uint64_t generation, int64_t clock) {
+  if (clock < 0 || clock > job_.train.steps) {
+    return Internal("bsp rollback to clock " + std::to_string(clock) + ": outside [0, train.steps]");
+  }
+  (void)WaitPushes();  // answered (applied before the rollback, or refused): dropped either way
+  const int64_t from = step_.load();
+  OSPREY_ASSIGN_OR_RETURN(data_, MakeDataSource(job_, rank_, num_workers_, /*train=*/true));
+  const int64_t samples = clock * job_.train.batch_size * std::max(1, job_.train.accumulate_steps);
+  OSPREY_RETURN_IF_ERROR(data_->Skip(samples));
+  step_.store(clock);
+  samples_.store(static_cast<uint64_t>(samples));
+  client_->SetRollbackGeneration(generation);
+  clocks_redone_ += std::max<int64_t>(0, from - clock);
+  if (compressor_ != nullptr) {
+    OSPREY_LOG_WARN("worker {}: the dense compressor's error feedback is not rolled back; the "
+                    "redone clocks are not exactly the first ones", rank_);
+  }
+  OSPREY_LOG_WARN("worker {} rewinds from step {} to clock {} (bsp rollback generation {}): {} "
+                  "clocks redone", rank_, from, clock, generation, from - clock);
   return Status::OK();
 }
 

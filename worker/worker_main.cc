@@ -272,6 +272,7 @@ int main(int argc, char** argv) {
     *dtransport = std::make_unique<ThrottledTransport>(std::move(*dtransport), job.worker.debug_throttle_bytes_per_sec);
   }
   worker::Client client(copts, std::move(*dtransport), reg->shard_map());
+  client.SetRollbackGeneration(reg->rollback_generation());  // bsp rollback: a later-started worker
   Status s = client.Start();
   if (!s.ok()) return Fail(s, "client");
 

@@ -116,6 +116,7 @@ void Client::Send(Ticket ticket, int server, proto::Header header, Buffer keys, 
   header.set_worker_rank(options_.worker_rank);
   header.set_epoch(epoch_.load(std::memory_order_acquire));
   header.set_worker_incarnation(options_.incarnation);
+  header.set_rollback_generation(rollback_generation_.load(std::memory_order_acquire));
   header.set_num_keys(keys.size() / sizeof(uint64_t));
   header.set_value_bytes(values.size());
   Message m;

@@ -204,6 +204,18 @@ class Client {
   // Requests re-sent to replacements so far.
   uint64_t requests_resent() const { return requests_.resent(); }
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  // bsp rollback (client_failover.cc; coordinator/job_state_rollback.cc). OnClusterState notes
+  // the job's rollback generation and, once every server rolled back, its cut clock.
+  // RollbackAnnounced: a generation later than the one this client stamps was announced (ready
+  // or not). ReadyRollback: it is ready; *generation and *clock say which and to what clock.
+  // SetRollbackGeneration: the generation stamped in every later request (Header
+  // rollback_generation); servers refuse requests of an earlier one. Thread-safe.
+  bool RollbackAnnounced() const EXCLUDES(route_mu_);
+  bool ReadyRollback(uint64_t* generation, int64_t* clock) const EXCLUDES(route_mu_);
+  void SetRollbackGeneration(uint64_t generation) {
+    rollback_generation_.store(generation, std::memory_order_release);
+  }
+  uint64_t rollback_generation() const { return rollback_generation_.load(std::memory_order_acquire); }
 
  private:
   // One sparse push, whichever public call made it.
@@ -247,6 +259,10 @@ class Client {
   std::vector<std::string> endpoints_ GUARDED_BY(route_mu_);
   std::vector<uint64_t> incarnations_ GUARDED_BY(route_mu_);  // 0: not seen yet
   std::atomic<uint64_t> epoch_{0};
+  std::atomic<uint64_t> rollback_generation_{0};      // stamped in requests
+  uint64_t announced_generation_ GUARDED_BY(route_mu_) = 0;
+  uint64_t ready_generation_ GUARDED_BY(route_mu_) = 0;
+  int64_t ready_clock_ GUARDED_BY(route_mu_) = 0;
   RequestTable requests_;
 
   mutable Mutex codec_mu_;

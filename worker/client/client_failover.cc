@@ -1,6 +1,8 @@
 // Client's server failover (client.h OnClusterState): servers reported dead hold their requests'
 // deadlines; a replacement (a server rank with a new incarnation) gets every unanswered request.
 #include "common/logging.h"
+#include <algorithm>
+
 #include "worker/client/client.h"
 
 namespace osprey::worker {
@@ -38,6 +40,11 @@ void Client::OnClusterState(const proto::ClusterState& state) {
       }
       replaced.push_back(rank);
     }
+    announced_generation_ = std::max(announced_generation_, state.rollback_generation());
+    if (state.rollback_ready() && state.rollback_generation() > ready_generation_) {
+      ready_generation_ = state.rollback_generation();
+      ready_clock_ = state.rollback_clock();
+    }
     if (state.epoch() > epoch_.load(std::memory_order_acquire)) {
       epoch_.store(state.epoch(), std::memory_order_release);
     }
@@ -61,6 +68,19 @@ void Client::OnClusterState(const proto::ClusterState& state) {
     OSPREY_LOG_WARN("worker {}: server {} was replaced (shard-map epoch {}): re-sent {} unanswered requests",
                     options_.worker_rank, rank, epoch, n);
   }
+}
+
+bool Client::RollbackAnnounced() const {
+  MutexLock lock(&route_mu_);
+  return announced_generation_ > rollback_generation_.load(std::memory_order_acquire);
+}
+
+bool Client::ReadyRollback(uint64_t* generation, int64_t* clock) const {
+  MutexLock lock(&route_mu_);
+  if (ready_generation_ <= rollback_generation_.load(std::memory_order_acquire)) return false;
+  *generation = ready_generation_;
+  *clock = ready_clock_;
+  return true;
 }
 
 }  // namespace osprey::worker
