@@ -11,7 +11,8 @@ bool IsControlOp(proto::Op op) {
 
 bool IsDataOp(proto::Op op) {
   return op == proto::OP_PULL_SPARSE || op == proto::OP_PUSH_SPARSE ||
-         op == proto::OP_PULL_DENSE || op == proto::OP_PUSH_DENSE || op == proto::OP_INIT_DENSE;
+         op == proto::OP_PULL_DENSE || op == proto::OP_PUSH_DENSE || op == proto::OP_INIT_DENSE ||
+         op == proto::OP_APPLIED_CLOCKS;
 }
 
 std::string Resolved(const std::string& path) {

@@ -259,6 +259,11 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   if (h.op() == proto::OP_SERVER_STATS) return ExecuteStats(values);
   if (h.op() == proto::OP_MIGRATE_ROWS) return ExecuteMigrate(h, msg);
   if (h.op() == proto::OP_ROWS_DIGEST) return ExecuteDigest(values);
+  if (h.op() == proto::OP_APPLIED_CLOCKS) {  // a restarted worker asks (worker/resume_plan.h)
+    *values = applied_.Encode(h.worker_rank(), tables_.size(), !replacement_);
+    reply->set_value_bytes(values->size());
+    return Status::OK();
+  }
   if (h.op() == proto::OP_CHECKPOINT) {
     return ExecuteCheckpoint(h, msg, reply, values, answered_later);
   }
@@ -287,6 +292,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   } else {
     OSPREY_RETURN_IF_ERROR(ExecutePush(h, msg, r, reply, answered_later));
     dedup_.Record(h.worker_rank(), h.worker_incarnation(), h.request_id());
+    applied_.Record(h.table(), h.worker_rank(), h.clock());
   }
   reply->set_version(r.table->version());
   reply->set_num_keys(0);
