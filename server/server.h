@@ -43,6 +43,7 @@
 #include "server/op_auth.h"
 #include "server/hold_budget.h"
 #include "server/log_limiter.h"
+#include "proto/applied_clocks_op.h"
 #include "server/applied_clocks.h"
 #include "server/push_dedup.h"
 #include "server/migration/rows_digest.h"

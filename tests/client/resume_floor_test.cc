@@ -18,12 +18,12 @@ using testing::ObservedTransport;
 constexpr uint32_t kSparse = 0, kDense = 1;
 
 struct RankClient {
-  RankClient(InprocCluster* cluster, int rank) {
+  RankClient(InprocCluster* cluster, int rank, uint64_t incarnation = 0) {
     auto t = std::make_unique<ObservedTransport>(cluster->NewTransport());
     transport = t.get();
     ClientOptions o;
     o.worker_rank = rank;
-    o.incarnation = 100 + rank;
+    o.incarnation = incarnation != 0 ? incarnation : 100 + rank;  // a process
     client = std::make_unique<Client>(o, std::move(t), cluster->map());
   }
   std::vector<int64_t> Clocks(int server) {
@@ -97,7 +97,7 @@ TEST(ResumeFloorTest, PushesAtOrBelowTheFloorAreNotSent) {
 // Steps 0..5 reach both servers; step 6's dense push reaches server 0 only (the process was
 // "killed" between the two messages). The restart replays from heard - 1 = 4 (the sparse table
 // never got a push from the rank, so nothing shows a step complete there), sending steps 4 and 5
-// nowhere and step 6 to server 1 only.
+// nowhere and step 6 to server 1 only; a late push of the old process is refused.
 TEST(ResumeFloorTest, PlanReplaysTheStepAKillCutInTwo) {
   std::vector<config::TableConfig> tables = testing::TestTables();
   tables[1].size = 64;  // 16 chunks: both servers hold some
@@ -111,15 +111,19 @@ TEST(ResumeFloorTest, PlanReplaysTheStepAKillCutInTwo) {
   }
   ASSERT_TRUE(old_process.client->Wait(
       old_process.client->PushDense(kDense, dense.data(), 6, 0, std::vector<bool>{true, false})).ok());
-  old_process.client->Stop();
 
-  RankClient restart(&cluster, 1);
+  RankClient restart(&cluster, 1, /*incarnation=*/201);
   ASSERT_TRUE(restart.client->Start().ok());
   const ResumePlan plan = PlanExactResume(restart.client.get(), 1, /*heard=*/5, /*steps=*/100);
   EXPECT_EQ(plan.start, 4);
   ASSERT_EQ(plan.floors.size(), 2u);
   EXPECT_EQ(plan.floors[0], (std::vector<int64_t>{-1, 6}));
   EXPECT_EQ(plan.floors[1], (std::vector<int64_t>{-1, 5}));
+  // The old process's push that arrives after the restart asked is refused, so the answer holds.
+  Status late = old_process.client->Wait(
+      old_process.client->PushDense(kDense, dense.data(), 6, 0, std::vector<bool>{false, true}));
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_NE(late.ToString().find("a restarted process has taken its rank over"), std::string::npos);
   const size_t sent = restart.transport->sent().size();
   for (int64_t clock = plan.start; clock <= 6; ++clock) {
     ASSERT_TRUE(restart.client->Wait(restart.client->PushDense(kDense, dense.data(), clock)).ok());

@@ -3,6 +3,7 @@
 // sent again.
 #include <cstring>
 
+#include "proto/applied_clocks_op.h"
 #include "worker/client/client.h"
 
 namespace osprey::worker {
@@ -28,10 +29,10 @@ Ticket Client::AppliedClocks(int server, std::vector<int64_t>* out) {
     bad = InvalidArgument("applied clocks of server " + std::to_string(server) + ": the shard map has " +
                           std::to_string(map_.server_endpoints_size()) + " servers");
   }
-  Ticket ticket = requests_.Open(proto::OP_APPLIED_CLOCKS, 0, bad);
+  Ticket ticket = requests_.Open(kOpAppliedClocks, 0, bad);
   if (!bad.ok()) return ticket;
   proto::Header h;
-  h.set_op(proto::OP_APPLIED_CLOCKS);
+  h.set_op(kOpAppliedClocks);
   const size_t words = static_cast<size_t>(map_.tables_size()) + 1;
   Send(ticket, server, std::move(h), Buffer(), Buffer(), words * sizeof(int64_t),
        std::make_unique<WordsSink>(out));
