@@ -6,6 +6,6 @@
 
 namespace osprey {
 
-inline constexpr proto::Op kOpAppliedClocks = static_cast<proto::Op>(185);
+inline constexpr proto::Op kOpAppliedClocks = proto::OP_APPLIED_CLOCKS;
 
 }  // namespace osprey

@@ -97,9 +97,14 @@ class LaunchedJob : public ::testing::Test {
     return std::stoll(m[1]);
   }
   // Kills worker 1 with SIGKILL at clock >= kKillAt; returns the clock the coordinator had heard.
-  int64_t KillWorker1() {
+  // `past` > 0: only once worker 0 was heard `past` steps beyond where it was then (a later
+  // heartbeat of it), so with heartbeats far apart worker 1 dies at a random point between two
+  // of its own, with steps its last heartbeat never reported.
+  int64_t KillWorker1(int64_t past = 0) {
     EXPECT_TRUE(WaitForClock(1, kKillAt, Ms(120000))) << ReadFile(p_.err_path);
     const int64_t heard = Worker(1) ? Worker(1)->clock() : -1;
+    const int64_t w0 = past > 0 && Worker(0) ? Worker(0)->clock() : 0;
+    if (past > 0) EXPECT_TRUE(WaitForClock(0, w0 + past, Ms(120000))) << ReadFile(p_.err_path);
     const pid_t pid = PidOf("worker-1");
     EXPECT_GT(pid, 0);
     EXPECT_EQ(::kill(pid, SIGKILL), 0);

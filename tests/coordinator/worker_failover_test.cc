@@ -16,8 +16,10 @@ class WorkerFailover : public LaunchedJob {};
 class KilledWorkerResumes : public WorkerFailover, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(KilledWorkerResumes, JobCompletesAndTheRestartResumesAtItsStep) {
-  Launch(std::string(GetParam()) + ".yaml", {});
-  const int64_t heard = KillWorker1();
+  // Heartbeats 1 s apart and the kill at worker 0's next heartbeat: worker 1 dies with steps (and
+  // pushes) its last heartbeat never reported, which the restart must neither apply twice nor skip.
+  Launch(std::string(GetParam()) + ".yaml", {"--set", "cluster.heartbeat_interval_ms=1000"});
+  const int64_t heard = KillWorker1(/*past=*/15);
   ExpectResumed(heard);
   ExpectJobCompleted();
   ExpectEachPushTakenOnce();
