@@ -14,8 +14,9 @@
 //  - The rank's barrier waits by the old process are dropped (no one would receive their
 //    release); the new process arrives on its own.
 //  - The reply is the rendezvous reply (rank, shard map, session, host group place) plus
-//    rejoined = true and resume_clock = the clock of the rank's last heartbeat: the step the new
-//    process resumes at. Its clock stays there (never goes back), so servers, which keep each
+//    rejoined = true and resume_clock = the clock of the rank's last heartbeat: the new process
+//    resumes from what the servers applied (worker/resume_plan.h), with this clock as the
+//    fallback where a server cannot say. Its clock stays there (never goes back), so servers, which keep each
 //    worker's highest clock, do not count a clock twice.
 #include "common/logging.h"
 #include "coordinator/job_state.h"

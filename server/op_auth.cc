@@ -1,5 +1,7 @@
 #include "server/op_auth.h"
 
+#include "proto/applied_clocks_op.h"
+
 #include <filesystem>
 
 namespace osprey::server {
@@ -11,7 +13,8 @@ bool IsControlOp(proto::Op op) {
 
 bool IsDataOp(proto::Op op) {
   return op == proto::OP_PULL_SPARSE || op == proto::OP_PUSH_SPARSE ||
-         op == proto::OP_PULL_DENSE || op == proto::OP_PUSH_DENSE || op == proto::OP_INIT_DENSE;
+         op == proto::OP_PULL_DENSE || op == proto::OP_PUSH_DENSE || op == proto::OP_INIT_DENSE ||
+         op == kOpAppliedClocks;
 }
 
 std::string Resolved(const std::string& path) {

@@ -19,7 +19,7 @@ enum class Refusal : unsigned { kUnauthenticated = 0, kControlOp = 1, kDataOp = 
 
 // OK, or PermissionDenied naming the op and the role: control ops (OP_SERVER_STATS,
 // OP_CHECKPOINT, OP_SHUTDOWN) only from the coordinator or admin role, data ops (pulls, pushes,
-// OP_INIT_DENSE) only from workers. Other ops are left to the request checks. *kind says which
+// OP_INIT_DENSE, OP_APPLIED_CLOCKS) only from workers. Other ops are left to the request checks. *kind says which
 // rule refused.
 Status AuthorizeServerOp(proto::Op op, PeerRole role, bool roles_required, Refusal* kind);
 

@@ -259,6 +259,12 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   if (h.op() == proto::OP_SERVER_STATS) return ExecuteStats(values);
   if (h.op() == proto::OP_MIGRATE_ROWS) return ExecuteMigrate(h, msg);
   if (h.op() == proto::OP_ROWS_DIGEST) return ExecuteDigest(values);
+  if (h.op() == kOpAppliedClocks) {  // a restarted worker asks (worker/resume_plan.h)
+    applied_.Fence(h.worker_rank(), h.worker_incarnation());
+    *values = applied_.Encode(h.worker_rank(), tables_.size(), !replacement_);
+    reply->set_value_bytes(values->size());
+    return Status::OK();
+  }
   if (h.op() == proto::OP_CHECKPOINT) {
     return ExecuteCheckpoint(h, msg, reply, values, answered_later);
   }
@@ -274,6 +280,12 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
     return Status::OK();
   }
   const bool push = h.op() == proto::OP_PUSH_SPARSE || h.op() == proto::OP_PUSH_DENSE;
+  if (push && applied_.Barred(h.worker_rank(), h.worker_incarnation())) {
+    // A push of a killed process that arrived after its restart asked what was applied.
+    return FailedPrecondition("push of worker " + std::to_string(h.worker_rank()) + " (incarnation " +
+                              std::to_string(h.worker_incarnation()) +
+                              "): a restarted process has taken its rank over; not applied");
+  }
   if (push && dedup_.Seen(h.worker_rank(), h.worker_incarnation(), h.request_id())) {
     // A re-send of a push already applied (server failover): acknowledged, not applied again.
     pushes_deduplicated_.fetch_add(1, std::memory_order_relaxed);
@@ -288,6 +300,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   } else {
     OSPREY_RETURN_IF_ERROR(ExecutePush(h, msg, r, reply, answered_later));
     dedup_.Record(h.worker_rank(), h.worker_incarnation(), h.request_id());
+    applied_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.clock());
   }
   reply->set_version(r.table->version());
   reply->set_num_keys(0);

@@ -44,6 +44,8 @@
 #include "server/op_auth.h"
 #include "server/hold_budget.h"
 #include "server/log_limiter.h"
+#include "proto/applied_clocks_op.h"
+#include "server/applied_clocks.h"
 #include "server/push_dedup.h"
 #include "server/migration/rows_digest.h"
 #include "server/replier.h"
@@ -279,6 +281,8 @@ class Server : private Replier {
   ServerCounters counters_;
   PushDedup dedup_ GUARDED_BY(work_mu_);  // applied pushes by (worker, incarnation, request id)
   std::atomic<uint64_t> pushes_deduplicated_{0};
+  // Highest clock taken per (table, worker rank): OP_APPLIED_CLOCKS (applied_clocks.h).
+  AppliedClocks applied_ GUARDED_BY(work_mu_);
   std::atomic<uint64_t> max_version_{0};  // max_table_version(): updated by Release and restores
   config::CheckpointConfig checkpoint_ GUARDED_BY(work_mu_);
   std::string restore_dir_ GUARDED_BY(work_mu_);

@@ -100,7 +100,7 @@ class TrainLoop {
   // Per-step metrics (worker_metrics.h) into `registry`, which must outlive the loop; call
   // before Run. Loops that do not count per step ignore it.
   virtual void SetMetrics(metrics::Registry* registry) {}
-  // A restarted worker (the coordinator's RegisterReply.resume_clock): after Init, continue at
+  // A restarted worker (its ResumePlan's start, worker/resume_plan.h): after Init, continue at
   // step `step` -- the data stream moves past step * batch_size samples and Run() trains the
   // steps from `step` to train.steps, so progress() and the report count the rank's whole job.
   // Unimplemented for a loop that cannot resume.

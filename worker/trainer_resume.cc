@@ -1,7 +1,8 @@
-// A restarted worker resumes its rank's work (issue 12, worker failover): the coordinator's
-// RegisterReply.resume_clock says at which step; the data stream moves past the samples the
-// rank's earlier process consumed, so the rank sees each sample of its stream once (up to the
-// few steps between the old process's last heartbeat and its death, which are trained again).
+// A restarted worker resumes its rank's work (issue 12, worker failover) at the step its resume
+// plan says (worker/resume_plan.h: from the servers' applied clocks, the coordinator's
+// resume_clock as the fallback); the data stream moves past the samples of the steps before it.
+// Steps from there that some server already took are replayed (their samples read again) with
+// the pushes to those servers not sent (Client::SetPushFloors), so each push is taken once.
 #include "common/logging.h"
 #include "worker/trainer.h"
 

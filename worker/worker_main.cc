@@ -29,6 +29,7 @@
 #include "coordinator/coordinator_client.h"
 #include "worker/client/client.h"
 #include "worker/gpu_trainer.h"
+#include "worker/resume_plan.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
 #include "common/metrics/metrics.h"
@@ -159,14 +160,16 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
 }
 
 // Init, train, the train-done barrier, evaluation and the report; returns the exit code.
-// `resume_at`: a restarted worker's first step (RegisterReply.resume_clock), else 0.
+// `rejoined`: a restarted worker, whose rank had reached `heard` (RegisterReply.resume_clock); it
+// resumes where the servers are (worker/resume_plan.h), else at 0.
 int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* coord, worker::Client* client,
-                   const config::JobConfig& job, int rank, int num_workers, int64_t resume_at,
+                   const config::JobConfig& job, int rank, int num_workers, bool rejoined, int64_t heard,
                    const std::atomic<bool>& over) {
   OSPREY_LOG_INFO("worker {} of {}: {} steps of batch {}", rank, num_workers, job.train.steps,
                   job.train.batch_size);
   Status s = trainer->Init();
   if (!s.ok()) return Fail(s, "init");
+  const int64_t resume_at = rejoined ? worker::PlanExactResume(client, rank, heard, job.train.steps).start : 0;
   s = trainer->ResumeAt(resume_at);
   if (!s.ok()) return Fail(s, "resume");
   s = trainer->Run([rank](const worker::Progress& p) {
@@ -193,6 +196,9 @@ int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* c
   report.set_bytes_pulled(cs.bytes_pulled);
   report.set_pushes_acked(cs.pushes_acked);
   report.set_requests_resent(client->requests_resent());
+  if (client->pushes_suppressed() > 0) {
+    OSPREY_LOG_INFO("worker {}: {} replayed pushes not sent (the servers had them)", rank, client->pushes_suppressed());
+  }
   trainer->FillReport(&report);
   LogReport(report, rank, cs);
   // A report sent while the coordinator is away is re-sent once it is back (coordinator_client.h).
@@ -317,7 +323,8 @@ int main(int argc, char** argv) {
   std::atomic<bool> over{false};  // the coordinator says the job is shutting down
   s = StartHeartbeats(coord->get(), job, rank, incarnation, resume_at, trainer.get(), &pause, &aborted, &over);
   if (!s.ok()) return Fail(s, "heartbeats");
-  const int rc = TrainAndReport(trainer.get(), coord->get(), pause.current(), job, rank, num_workers, resume_at, over);
+  const int rc = TrainAndReport(trainer.get(), coord->get(), pause.current(), job, rank, num_workers, reg->rejoined(),
+                               resume_at, over);
   // Joins the heartbeat thread first: its on_lost may be stopping the client right now.
   (*coord)->Stop();
   pause.current()->Stop();

@@ -109,6 +109,7 @@ std::shared_ptr<PushEncoder> Client::EncoderOf(uint32_t table) const {
 void Client::Send(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
                   size_t expect_bytes, std::unique_ptr<ReplySink> sink) {
   const bool pull = header.op() == proto::OP_PULL_SPARSE || header.op() == proto::OP_PULL_DENSE;
+  if (BelowFloor(server, header)) return;  // that server took this step's push already
   const uint64_t id = requests_.Admit(ticket, server, expect_bytes, std::move(sink),
                                       pull ? 0 : keys.size() + values.size());
   if (id == 0) return;  // the ticket failed (recorded there): nothing is sent

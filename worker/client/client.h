@@ -217,6 +217,17 @@ class Client {
   }
   uint64_t rollback_generation() const { return rollback_generation_.load(std::memory_order_acquire); }
 
+  // Exact worker resume (client_resume.cc, worker/resume_plan.h). AppliedClocks asks server
+  // `server` what it took from this client's worker rank (OP_APPLIED_CLOCKS): after Wait returns
+  // OK, *out holds the reply's (number of tables + 1) words, as proto/osprey.proto lays them out.
+  Ticket AppliedClocks(int server, std::vector<int64_t>* out);
+  // From now on a push to (server s, table t) whose clock is <= floors[s][t] is not sent (that
+  // server already took that step's push from this rank); its part of the ticket counts as done.
+  // Missing entries: no floor. Thread-safe.
+  void SetPushFloors(std::vector<std::vector<int64_t>> floors) EXCLUDES(floor_mu_);
+  // Push messages SetPushFloors kept from being sent.
+  uint64_t pushes_suppressed() const { return suppressed_.load(std::memory_order_relaxed); }
+
  private:
   // One sparse push, whichever public call made it.
   struct SparsePush {
@@ -264,6 +275,13 @@ class Client {
   uint64_t ready_generation_ GUARDED_BY(route_mu_) = 0;
   int64_t ready_clock_ GUARDED_BY(route_mu_) = 0;
   RequestTable requests_;
+
+  // True when the push `header` to `server` is below its floor (SetPushFloors): not to be sent.
+  bool BelowFloor(int server, const proto::Header& header) const EXCLUDES(floor_mu_);
+  mutable Mutex floor_mu_;
+  std::vector<std::vector<int64_t>> floors_ GUARDED_BY(floor_mu_);  // [server][table]
+  std::atomic<bool> has_floors_{false};
+  mutable std::atomic<uint64_t> suppressed_{0};
 
   mutable Mutex codec_mu_;
   std::vector<std::shared_ptr<PushEncoder>> encoders_ GUARDED_BY(codec_mu_);  // by table id; null: fp32
