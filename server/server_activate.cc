@@ -45,6 +45,18 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
     placement_known_ = map.placement_epoch() != 0;
     num_servers_ = map.server_endpoints_size();
     OSPREY_RETURN_IF_ERROR(CreateTables(map, tables, &timer));
+    if (store_->persists_push_marks()) {  // the redis store: what earlier incarnations applied
+      std::vector<Store::PushMark> marks;
+      uint64_t applied = 0;
+      OSPREY_RETURN_IF_ERROR(store_->LoadPushMarks(&marks, &applied));
+      for (const Store::PushMark& m : marks) {
+        dedup_.Restore(m.table, m.worker, m.incarnation, m.request_id);
+      }
+      if (!marks.empty()) {
+        OSPREY_LOG_INFO("server {}: restored {} push marks ({} pushes applied before)", rank,
+                        marks.size(), applied);
+      }
+    }
     table_configs_ = tables;
     if (metrics_registry_ != nullptr) {
       std::vector<std::string> names;

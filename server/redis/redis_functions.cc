@@ -72,6 +72,32 @@ redis.register_function('osprey_apply', function(keys, args)
   return created
 end)
 
+-- Push marks (push_marks.cc): keys {P}:incarnation:r<r>, {P}:pushes:r<r>; args: the server's
+-- incarnation, the write's sequence number, the pushes applied, then per (table, worker): field
+-- t<t>:w<w>, the worker's incarnation, its highest applied request id. A sequence number at or
+-- below the stored one is a retried write already applied (the counter is not added twice).
+redis.register_function('osprey_marks', function(keys, args)
+  local cur = redis.call('GET', keys[1])
+  if cur and tonumber(cur) > tonumber(args[1]) then
+    return redis.error_reply('FENCED server incarnation ' .. args[1] ..
+                             ' was replaced by incarnation ' .. cur .. ' (' .. keys[1] .. ')')
+  end
+  local done = redis.call('HGET', keys[2], 'seq')
+  if done and tonumber(done) >= tonumber(args[2]) then return 0 end
+  redis.call('HSET', keys[2], 'seq', args[2])
+  redis.call('HINCRBY', keys[2], 'applied', args[3])
+  for i = 4, #args, 3 do
+    local old = redis.call('HGET', keys[2], args[i])
+    local keep = false
+    if old then
+      local oi, oh = string.match(old, '^(%d+) (%d+)$')
+      keep = oi == args[i + 1] and tonumber(oh) >= tonumber(args[i + 2])
+    end
+    if not keep then redis.call('HSET', keys[2], args[i], args[i + 1] .. ' ' .. args[i + 2]) end
+  end
+  return 1
+end)
+
 redis.register_function('osprey_set', function(keys, args)
   local err = fenced(keys[1], args[1], args[2])
   if err then return redis.error_reply(err) end
