@@ -142,14 +142,14 @@ class Store {
   virtual bool acks_after_apply() const { return false; }
   // Persisted push marks (server/push_dedup.h, issue 12): a store that makes the dedup marks of
   // the pushes a window applied durable with the window's rows (the Redis store, write_through),
-  // so a server's replacement knows which re-sent pushes were applied. StagePushes hands it the
-  // pushes of the window the next Sync(table) ends (a mark of incarnation 0 only counts as
-  // applied); LoadPushMarks returns what the previous incarnations of this rank wrote.
+  // so a replacement knows which re-sent pushes were applied. StagePushes: the pushes of the window
+  // the next Sync(table) ends (incarnation 0: only counted); LoadPushMarks: what earlier
+  // incarnations wrote: per (table, worker) a bound first (ids <= it applied), then ids applied.
   struct PushMark {
     uint32_t table = 0;
     int worker = 0;
     uint64_t incarnation = 0;  // the worker's (0: not deduplicated, only counted)
-    uint64_t request_id = 0;   // LoadPushMarks: the highest applied id
+    uint64_t request_id = 0;   // LoadPushMarks: an id applied, or the bound (above)
   };
   virtual bool persists_push_marks() const { return false; }
   virtual void StagePushes(uint32_t table, const PushMark* marks, size_t n) {}

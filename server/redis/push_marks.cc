@@ -1,7 +1,10 @@
 // RedisStore: the push marks (issue 12), the dedup window's durable part (server/push_dedup.h).
 //
 // Per server rank one hash, {P}:pushes:r<r> (row_layout.h): per (table, worker rank) the worker's
-// incarnation and the highest request id applied, "applied" (the pushes applied by every
+// incarnation, the last kMarkedIds request ids applied and the highest id evicted from them
+// (ids reach a server out of order -- several client threads send, and a replacement can get a
+// new push before the re-sends -- so a highest-id mark alone could hide an unapplied re-send),
+// "applied" (the pushes applied by every
 // incarnation of the rank) and "seq" (the last write's sequence number, so a write the client
 // retried after a lost reply does not add to "applied" twice). Written by osprey_marks
 // (redis_functions.cc), fenced by the rank's incarnation key (same hash slot {P}).
@@ -15,6 +18,9 @@
 //     the re-sent pushes of that one flush are applied again (at-least-once for one flush).
 //   merge: redis: the rows are written by osprey_apply (redis_merge.cc) before Sync, so the marks
 //     follow them as in a cluster (the same one-flush window) on a single node too.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,6 +31,10 @@
 #include "server/redis/redis_store_table.h"
 
 namespace osprey::server {
+
+namespace {
+constexpr int kMarkedIds = 256;  // per (table, worker) in Redis (PushDedup keeps 4096 in memory)
+}  // namespace
 
 using redis::Command;
 using redis::Reply;
@@ -48,27 +58,23 @@ Status RedisStore::ExecuteWithMarks(std::vector<Command>* rows,
                                     Status* marked) {
   *marked = Status::OK();
   if (staged.empty()) return client->Execute(*rows, replies);
-  // Per (table, worker): the newest incarnation's highest id (a window can hold both incarnations
-  // of a restarted worker; the later one is staged last).
-  std::map<std::pair<uint32_t, int>, std::pair<uint64_t, uint64_t>> high;
+  // Per (table, worker): the newest incarnation's ids, in the order applied (a window can hold
+  // both incarnations of a restarted worker; the later one is staged last).
+  std::map<std::pair<uint32_t, int>, std::pair<uint64_t, std::string>> ids;
   for (const PushMark& m : staged) {
     if (m.incarnation == 0) continue;  // counted, never deduplicated
-    auto [it, fresh] = high.try_emplace({m.table, m.worker}, m.incarnation, m.request_id);
-    if (fresh) continue;
-    if (it->second.first != m.incarnation) {
-      it->second = {m.incarnation, m.request_id};
-    } else if (m.request_id > it->second.second) {
-      it->second.second = m.request_id;
-    }
+    auto& v = ids[{m.table, m.worker}];
+    if (v.first != m.incarnation) v = {m.incarnation, std::string()};
+    v.second += (v.second.empty() ? "" : " ") + std::to_string(m.request_id);
   }
   Command mark({"FCALL", "osprey_marks", "2", layout_->Incarnation(), layout_->PushMarks(),
                 std::to_string(incarnation_), std::to_string(++marks_seq_),
-                std::to_string(staged.size())},
+                std::to_string(staged.size()), std::to_string(kMarkedIds)},
                3);
-  for (const auto& [tw, v] : high) {
+  for (auto& [tw, v] : ids) {
     mark.args.push_back("t" + std::to_string(tw.first) + ":w" + std::to_string(tw.second));
     mark.args.push_back(std::to_string(v.first));
-    mark.args.push_back(std::to_string(v.second));
+    mark.args.push_back(std::move(v.second));
   }
   const std::string what = "writing the push marks of rank " + std::to_string(layout_->rank());
   if (!config_.cluster) {
@@ -131,8 +137,18 @@ Status RedisStore::ReadPushMarks() {
       (field == "seq" ? seq : loaded_applied_) = a;
     } else {
       ok = std::sscanf(field.c_str(), "t%u:w%d%c", &table, &worker, &tail) == 2 &&
-           std::sscanf(value.c_str(), "%llu %llu%c", &a, &b, &tail) == 2;
-      if (ok) loaded_marks_.push_back(PushMark{table, worker, a, b});
+           std::sscanf(value.c_str(), "%llu %llu", &a, &b) == 2;
+      if (ok) {
+        loaded_marks_.push_back(PushMark{table, worker, a, b});  // the bound first (store.h)
+        const char* p = value.c_str();
+        for (int skip = 0; skip < 2; ++skip) p = std::strchr(p, ' ') != nullptr ? std::strchr(p, ' ') + 1 : "";
+        char* end = nullptr;
+        for (uint64_t id = std::strtoull(p, &end, 10); end != p; id = std::strtoull(p, &end, 10)) {
+          loaded_marks_.push_back(PushMark{table, worker, a, id});
+          p = end;
+        }
+        ok = *p == '\0';
+      }
     }
     if (!ok) {
       return Internal("redis store: " + key + " field '" + field + "' = '" + value +

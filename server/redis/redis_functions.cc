@@ -73,9 +73,11 @@ redis.register_function('osprey_apply', function(keys, args)
 end)
 
 -- Push marks (push_marks.cc): keys {P}:incarnation:r<r>, {P}:pushes:r<r>; args: the server's
--- incarnation, the write's sequence number, the pushes applied, then per (table, worker): field
--- t<t>:w<w>, the worker's incarnation, its highest applied request id. A sequence number at or
--- below the stored one is a retried write already applied (the counter is not added twice).
+-- incarnation, the write's sequence number, the pushes applied, the ids kept per field (K), then
+-- per (table, worker): field t<t>:w<w>, the worker's incarnation, the ids applied ("id id ...").
+-- A field holds "<incarnation> <evicted> <id> ..." (the last K ids applied; every id <= evicted
+-- was applied or answered). A sequence number at or below the stored one is a retried write
+-- already applied (the counter is not added twice).
 redis.register_function('osprey_marks', function(keys, args)
   local cur = redis.call('GET', keys[1])
   if cur and tonumber(cur) > tonumber(args[1]) then
@@ -86,14 +88,26 @@ redis.register_function('osprey_marks', function(keys, args)
   if done and tonumber(done) >= tonumber(args[2]) then return 0 end
   redis.call('HSET', keys[2], 'seq', args[2])
   redis.call('HINCRBY', keys[2], 'applied', args[3])
-  for i = 4, #args, 3 do
+  local k = tonumber(args[4])
+  for i = 5, #args, 3 do
     local old = redis.call('HGET', keys[2], args[i])
-    local keep = false
+    local evicted, list = 0, {}
     if old then
-      local oi, oh = string.match(old, '^(%d+) (%d+)$')
-      keep = oi == args[i + 1] and tonumber(oh) >= tonumber(args[i + 2])
+      local parts = {}
+      for w in string.gmatch(old, '%d+') do parts[#parts + 1] = w end
+      if parts[1] == args[i + 1] then
+        evicted = tonumber(parts[2])
+        for j = 3, #parts do list[#list + 1] = parts[j] end
+      end
     end
-    if not keep then redis.call('HSET', keys[2], args[i], args[i + 1] .. ' ' .. args[i + 2]) end
+    for w in string.gmatch(args[i + 2], '%d+') do list[#list + 1] = w end
+    local drop = #list - k
+    if drop > 0 then
+      for j = 1, drop do evicted = math.max(evicted, tonumber(list[j])) end
+      list = {unpack(list, drop + 1)}
+    end
+    redis.call('HSET', keys[2], args[i], args[i + 1] .. ' ' .. string.format('%.0f', evicted) ..
+               ' ' .. table.concat(list, ' '))
   end
   return 1
 end)

@@ -154,7 +154,7 @@ double WithKills(const std::string& config, const std::string& dir) {
     std::printf("redis: workers acknowledged %ld pushes, servers applied %ld\n", acked, applied);
     EXPECT_GT(acked, 0);
     EXPECT_EQ(applied, acked) << job.Logs();
-    EXPECT_NE(last.find("push marks"), std::string::npos) << "the replacement read no marks\n" << last;
+    EXPECT_NE(last.find("restored the push marks"), std::string::npos) << "the replacement read no marks\n" << last;
   }
   return Auc(job.log("worker-0"));
 }

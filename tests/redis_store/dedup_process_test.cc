@@ -161,11 +161,11 @@ TEST(RedisDedupProcessTest, PushAppliedBeforeAKillIsNotAppliedAgainWhenResent) {
   ASSERT_EQ(r.op(), proto::OP_REPLY) << r.error();
   const std::vector<float> once = Pull(&first);
   ASSERT_NE(once, initial) << "the push changed nothing";
-  // The marks are in Redis before the reply: applied 1, worker 0's highest id 100.
+  // The marks are in Redis before the reply: applied 1, worker 0's applied ids: 100.
   EXPECT_EQ(Hget(rc->get(), key, "applied"), "1");
   EXPECT_EQ(Hget(rc->get(), key, "t" + std::to_string(SparseTable(first)) + ":w" +
                                      std::to_string(first.rank)),
-            std::to_string(kWorkerIncarnation) + " 100");
+            std::to_string(kWorkerIncarnation) + " 0 100");
   Kill(&first.server);
   Kill(&first.coordinator);
 
@@ -183,7 +183,7 @@ TEST(RedisDedupProcessTest, PushAppliedBeforeAKillIsNotAppliedAgainWhenResent) {
   EXPECT_NE(twice, once);
   EXPECT_EQ(Hget(rc->get(), key, "applied"), "2");
   const std::string log = testing::ReadFile(second.server.err_path);
-  EXPECT_NE(log.find("restored 1 push marks (1 pushes applied before)"), std::string::npos) << log;
+  EXPECT_NE(log.find("restored the push marks of 1 (table, worker) pairs, 1 ids (1 pushes applied before)"), std::string::npos) << log;
   Kill(&second.server);
   Kill(&second.coordinator);
 }
