@@ -78,7 +78,9 @@ void StartJob(const std::string& dir, const std::string& tag, const std::string&
   req.set_requested_rank(-1);
   req.set_incarnation(kWorkerIncarnation);
   auto reg = job->client->Register(req, 30000);
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString() << testing::ReadFile(job->server.err_path);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString() << "\nserver:\n"
+                        << testing::ReadFile(job->server.err_path) << "\ncoordinator:\n"
+                        << testing::ReadFile(job->coordinator.err_path);
   job->map = reg->shard_map();
   job->rank = reg->rank();
   ASSERT_EQ(job->map.server_endpoints_size(), 1);
