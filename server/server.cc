@@ -286,7 +286,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
                               std::to_string(h.worker_incarnation()) +
                               "): a restarted process has taken its rank over; not applied");
   }
-  if (push && dedup_.Seen(h.worker_rank(), h.worker_incarnation(), h.request_id())) {
+  if (push && dedup_.Seen(h.table(), h.worker_rank(), h.worker_incarnation(), h.request_id())) {
     // A re-send of a push already applied (server failover): acknowledged, not applied again.
     pushes_deduplicated_.fetch_add(1, std::memory_order_relaxed);
     reply->set_version(r.table->version());
@@ -299,7 +299,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
                                               r.values.as<float>()));
   } else {
     OSPREY_RETURN_IF_ERROR(ExecutePush(h, msg, r, reply, answered_later));
-    dedup_.Record(h.worker_rank(), h.worker_incarnation(), h.request_id());
+    dedup_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.request_id());
     applied_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.clock());
   }
   reply->set_version(r.table->version());

@@ -1,6 +1,7 @@
 // Server activation: the tables of this server's rank, a restore, checkpoint scheduling, and
 // the requests that arrived early (server.h, "Lifecycle").
 #include <cmath>
+#include <set>
 #include <string>
 
 #include "common/logging.h"
@@ -45,6 +46,25 @@ Status Server::Activate(int rank, const proto::ShardMap& map,
     placement_known_ = map.placement_epoch() != 0;
     num_servers_ = map.server_endpoints_size();
     OSPREY_RETURN_IF_ERROR(CreateTables(map, tables, &timer));
+    if (store_->persists_push_marks()) {  // the redis store: what earlier incarnations applied
+      std::vector<Store::PushMark> marks;
+      uint64_t applied = 0;
+      OSPREY_RETURN_IF_ERROR(store_->LoadPushMarks(&marks, &applied));
+      size_t fields = 0;
+      std::set<std::pair<uint32_t, int>> bounded;  // per (table, worker) the first is the bound
+      for (const Store::PushMark& m : marks) {
+        if (bounded.insert({m.table, m.worker}).second) {
+          dedup_.Restore(m.table, m.worker, m.incarnation, m.request_id);
+          ++fields;
+        } else {
+          dedup_.Record(m.table, m.worker, m.incarnation, m.request_id);
+        }
+      }
+      if (!marks.empty()) {
+        OSPREY_LOG_INFO("server {}: restored the push marks of {} (table, worker) pairs, {} ids "
+                        "({} pushes applied before)", rank, fields, marks.size() - fields, applied);
+      }
+    }
     table_configs_ = tables;
     if (metrics_registry_ != nullptr) {
       std::vector<std::string> names;

@@ -140,6 +140,24 @@ class Store {
   // Whether a push may be acknowledged only once its window is applied and synced (kOnApply in
   // table_shard.h: a write_through store) rather than once merged (the default).
   virtual bool acks_after_apply() const { return false; }
+  // Persisted push marks (server/push_dedup.h, issue 12): a store that makes the dedup marks of
+  // the pushes a window applied durable with the window's rows (the Redis store, write_through),
+  // so a replacement knows which re-sent pushes were applied. StagePushes: the pushes of the window
+  // the next Sync(table) ends (incarnation 0: only counted); LoadPushMarks: what earlier
+  // incarnations wrote: per (table, worker) a bound first (ids <= it applied), then ids applied.
+  struct PushMark {
+    uint32_t table = 0;
+    int worker = 0;
+    uint64_t incarnation = 0;  // the worker's (0: not deduplicated, only counted)
+    uint64_t request_id = 0;   // LoadPushMarks: an id applied, or the bound (above)
+  };
+  virtual bool persists_push_marks() const { return false; }
+  virtual void StagePushes(uint32_t table, const PushMark* marks, size_t n) {}
+  virtual Status LoadPushMarks(std::vector<PushMark>* marks, uint64_t* applied) const {
+    marks->clear();
+    *applied = 0;
+    return Status::OK();
+  }
   // Rows and chunks changed but not yet durable (a write_back Redis store's dirty rows: what a
   // crash now would lose). Thread-safe. NativeStore: 0 (it keeps nothing elsewhere).
   virtual uint64_t unflushed_rows() const { return 0; }

@@ -45,7 +45,8 @@ TableShard::TableShard(uint32_t id, const proto::TableSpec& spec, const config::
       // Eviction deletes rows, whose ids the store reuses: such a table merges by key.
       row_ids_(spec.type() == proto::TABLE_SPARSE && store->has_row_ids(id) &&
                !config.eviction.enabled()),
-      ack_on_apply_(store->acks_after_apply()) {
+      ack_on_apply_(store->acks_after_apply()),
+      marks_(store->persists_push_marks()) {
   if (rules_.dc_lambda > 0) {
     dc_ = std::make_unique<DelayCompensation>(rules_.dc_lambda, sparse(),
                                               [this](uint64_t key) { return Width(key); });
@@ -155,9 +156,10 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
       return Status::OK();
     }
   }
-  if (policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(keys, n, g, per_row, s);
+  if (policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(h, keys, n, g, per_row, s);
   Window& w = WindowFor(h, now_us);
   ++w.pushes;
+  if (marks_) w.marks.push_back(MarkOf(h));
   w.lr_weight_sum += LrWeight(s);
   w.staleness_sum += static_cast<double>(s);
   w.any_stale = w.any_stale || per_row;
@@ -177,8 +179,8 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   return Status::OK();
 }
 
-Status TableShard::ApplyOnArrival(const uint64_t* keys, size_t n, const float* g, bool per_row,
-                                  uint64_t s) {
+Status TableShard::ApplyOnArrival(const proto::Header& h, const uint64_t* keys, size_t n,
+                                  const float* g, bool per_row, uint64_t s) {
   // A window of one push: apply in place, no merge buffer.
   const ApplyOptions* row_options = nullptr;
   if (per_row) {
@@ -190,6 +192,10 @@ Status TableShard::ApplyOnArrival(const uint64_t* keys, size_t n, const float* g
   }
   Status st = StoreApply(keys, n, g, Options(1, LrWeight(s), static_cast<double>(s)), row_options);
   if (st.ok() && lifecycle_) st = lifecycle_->Applied(keys, n, version_ + 1, now_us_);
+  if (st.ok() && marks_) {
+    const Store::PushMark mark = MarkOf(h);
+    store_->StagePushes(id_, &mark, 1);
+  }
   if (st.ok()) st = store_->Sync(id_);
   if (!st.ok()) return Fail(st, 0, 1);
   ++version_;
@@ -284,6 +290,8 @@ Status TableShard::ApplyMerged(Window* w) {
                    row_policies ? RowOptions(b.stats(), b.num_keys(), mean) : nullptr);
     if (s.ok() && lifecycle_) s = lifecycle_->Applied(b.keys(), b.num_keys(), version_ + 1, now_us_);
   }
+  if (s.ok() && !w->marks.empty()) store_->StagePushes(id_, w->marks.data(), w->marks.size());
+  w->marks.clear();
   return s.ok() ? store_->Sync(id_) : s;
 }
 
@@ -310,6 +318,7 @@ Status TableShard::ApplyWindow(Window* w, int64_t clock) {
     ReleaseAck(a);
   }
   w->acks.clear();
+  w->marks.clear();
   return Status::OK();
 }
 

@@ -239,6 +239,7 @@ class TableShard {
     bool any_stale = false;  // some push had s > 0 (sparse: per-row options needed)
     int64_t first_us = 0;
     std::vector<PendingReply> acks;  // kOnApply: acks owed when this window is applied
+    std::vector<Store::PushMark> marks;  // marks_: the window's pushes, staged before its Sync
   };
 
   bool sparse() const { return spec_.type() == proto::TABLE_SPARSE; }
@@ -268,7 +269,12 @@ class TableShard {
   Status PushImpl(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
                   const Buffer* values, int64_t now_us, Ack* ack);
   // A push of one-push windows: applied at once.
-  Status ApplyOnArrival(const uint64_t* keys, size_t n, const float* g, bool per_row, uint64_t s);
+  Status ApplyOnArrival(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
+                        bool per_row, uint64_t s);
+  Store::PushMark MarkOf(const proto::Header& h) const {
+    return Store::PushMark{id_, static_cast<int>(h.worker_rank()), h.worker_incarnation(),
+                           h.request_id()};
+  }
   // The window a push of header h joins (created, with recycled buffers, when new).
   Window& WindowFor(const proto::Header& h, int64_t now_us);
   Status StoreApply(const uint64_t* keys, size_t n, const float* g, const ApplyOptions& o,
@@ -313,6 +319,7 @@ class TableShard {
   HoldBudget* budget_ = nullptr;
   const bool row_ids_;      // sparse table on a store with row ids: windows merge by row id
   const bool ack_on_apply_;  // Store::acks_after_apply()
+  const bool marks_;         // Store::persists_push_marks()
 
   uint64_t version_ = 0;
   int64_t done_ = 0;                      // bsp: clocks closed

@@ -134,6 +134,8 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
                   rank, report.device(), cs.bytes_pushed, cs.bytes_pulled,
                   report.dense_push_bytes_raw(), report.dense_push_bytes_encoded(),
                   report.compressed_messages(), report.encode_seconds() * 1e3);
+  OSPREY_LOG_INFO("worker {} pushes acknowledged {}, requests re-sent {}", rank,
+                  report.pushes_acked(), report.requests_resent());
   OSPREY_LOG_INFO("worker {} step time: wait-input {:.2f} s, compute {:.2f} s, push {:.2f} s, "
                   "nccl {:.2f} s; prefetch side: read {:.2f} s, dedupe {:.2f} s, cache {:.2f} s, "
                   "pull {:.2f} s; cache hits {} of {} lookups, {} evictions, {} rows pulled",

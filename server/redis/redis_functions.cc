@@ -72,6 +72,46 @@ redis.register_function('osprey_apply', function(keys, args)
   return created
 end)
 
+-- Push marks (push_marks.cc): keys {P}:incarnation:r<r>, {P}:pushes:r<r>; args: the server's
+-- incarnation, the write's sequence number, the pushes applied, the ids kept per field (K), then
+-- per (table, worker): field t<t>:w<w>, the worker's incarnation, the ids applied ("id id ...").
+-- A field holds "<incarnation> <evicted> <id> ..." (the last K ids applied; every id <= evicted
+-- was applied or answered). A sequence number at or below the stored one is a retried write
+-- already applied (the counter is not added twice).
+redis.register_function('osprey_marks', function(keys, args)
+  local cur = redis.call('GET', keys[1])
+  if cur and tonumber(cur) > tonumber(args[1]) then
+    return redis.error_reply('FENCED server incarnation ' .. args[1] ..
+                             ' was replaced by incarnation ' .. cur .. ' (' .. keys[1] .. ')')
+  end
+  local done = redis.call('HGET', keys[2], 'seq')
+  if done and tonumber(done) >= tonumber(args[2]) then return 0 end
+  redis.call('HSET', keys[2], 'seq', args[2])
+  redis.call('HINCRBY', keys[2], 'applied', args[3])
+  local k = tonumber(args[4])
+  for i = 5, #args, 3 do
+    local old = redis.call('HGET', keys[2], args[i])
+    local evicted, list = 0, {}
+    if old then
+      local parts = {}
+      for w in string.gmatch(old, '%d+') do parts[#parts + 1] = w end
+      if parts[1] == args[i + 1] then
+        evicted = tonumber(parts[2])
+        for j = 3, #parts do list[#list + 1] = parts[j] end
+      end
+    end
+    for w in string.gmatch(args[i + 2], '%d+') do list[#list + 1] = w end
+    local drop = #list - k
+    if drop > 0 then
+      for j = 1, drop do evicted = math.max(evicted, tonumber(list[j])) end
+      list = {unpack(list, drop + 1)}
+    end
+    redis.call('HSET', keys[2], args[i], args[i + 1] .. ' ' .. string.format('%.0f', evicted) ..
+               ' ' .. table.concat(list, ' '))
+  end
+  return 1
+end)
+
 redis.register_function('osprey_set', function(keys, args)
   local err = fenced(keys[1], args[1], args[2])
   if err then return redis.error_reply(err) end

@@ -121,7 +121,7 @@ Status RedisStore::TakeOver(int rank) {
   incarnation_ = static_cast<uint64_t>(r[0].integer);
   OSPREY_LOG_INFO("redis store: server rank {} is incarnation {} (key prefix '{}')", rank,
                   incarnation_, config_.key_prefix);
-  return Status::OK();
+  return ReadPushMarks();
 }
 
 Status RedisStore::Claim(const std::vector<std::string>& fences) {

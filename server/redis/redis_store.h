@@ -66,6 +66,14 @@ class RedisStore : public Store {
   bool acks_after_apply() const override {
     return config_.write_policy == config::WritePolicy::kWriteThrough;
   }
+  // Push marks (push_marks.cc), write_through only: a Flush writes its table's staged marks and
+  // applied-push count into {P}:pushes:r<rank> -- single node in the same MULTI/EXEC as the rows,
+  // Redis Cluster (rows span slots) right after the rows were acknowledged. TakeOver loads them.
+  bool persists_push_marks() const override {
+    return config_.write_policy == config::WritePolicy::kWriteThrough;
+  }
+  void StagePushes(uint32_t table, const PushMark* marks, size_t n) override;
+  Status LoadPushMarks(std::vector<PushMark>* marks, uint64_t* applied) const override;
   Status PullChunks(uint32_t table, const uint64_t* chunks, size_t n, float* out) override;
   bool PullChunksView(uint32_t table, const uint64_t* chunks, size_t n, Buffer* out) override;
   Status VisitChunks(uint32_t table, const uint64_t* chunks, size_t n,
@@ -102,6 +110,11 @@ class RedisStore : public Store {
   Status Fetch(Table* t, const uint64_t* keys, size_t n, bool create) REQUIRES(mu_);
   // Writes the dirty rows / chunks of `t` with `client`; `mu_` is held only to copy them.
   Status Flush(uint32_t table, redis::RedisClient* client) EXCLUDES(mu_);
+  // Sends `rows` (moved from) with the marks of `staged`; *marked: the marks' own outcome.
+  Status ExecuteWithMarks(std::vector<redis::Command>* rows, const std::vector<PushMark>& staged,
+                          redis::RedisClient* client, std::vector<redis::Reply>* replies,
+                          Status* marked) REQUIRES(flush_mu_);
+  Status ReadPushMarks();
   Status CheckMeta(const StoreTableSpec& spec);
   Status Claim(const std::vector<std::string>& fences);
   void FlusherLoop();
@@ -124,6 +137,9 @@ class RedisStore : public Store {
   bool stopping_ GUARDED_BY(stop_mu_) = false;
   std::thread flusher_;
   std::atomic<uint64_t> flushed_rows_{0};
+  uint64_t marks_seq_ GUARDED_BY(flush_mu_) = 0;  // the last push-marks write's sequence number
+  std::vector<PushMark> loaded_marks_;             // what TakeOver read (LoadPushMarks)
+  uint64_t loaded_applied_ = 0;
 };
 
 // Factory: "native" or the Redis store of `config` (store.type).

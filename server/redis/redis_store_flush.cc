@@ -40,11 +40,13 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
   const std::string rank = std::to_string(layout_->rank());
   const std::string inc = std::to_string(incarnation_);
   bool is_sparse;
+  std::vector<PushMark> staged;
   {
     MutexLock l(&mu_);
     Table* t = any(table);
     if (t == nullptr) return Status::OK();
     is_sparse = t->is_sparse;
+    staged.swap(t->staged_pushes);
     if (is_sparse) {
       std::vector<std::vector<std::pair<uint64_t, uint64_t>>> by_bucket(redis_store::kBuckets);
       for (const auto& kg : t->cache->TakeDirty()) by_bucket[redis_store::BucketOf(kg.first)].push_back(kg);
@@ -89,9 +91,10 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
       t->dirty_chunks.clear();
     }
   }
-  if (cmds.empty()) return Status::OK();
+  if (cmds.empty() && staged.empty()) return Status::OK();
   std::vector<Reply> r;
-  Status sent = client->Execute(cmds, &r);
+  Status marked;
+  Status sent = ExecuteWithMarks(&cmds, staged, client, &r, &marked);
   MutexLock l(&mu_);
   Table* t = any(table);
   Status first;
@@ -111,7 +114,7 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
     if (ok && r[i].type == Reply::Type::kInteger && is_sparse) t->redis_rows += r[i].integer;
   }
   if (is_sparse) t->cache->MaybeEvict();
-  return first;
+  return first.ok() ? marked : first;
 }
 
 Status RedisStore::Sync(uint32_t table) {

@@ -24,6 +24,7 @@ struct RedisStore::Table {
   // Dense: chunks written since the last flush, and those given values (InitChunks / Redis).
   std::unordered_set<uint64_t> dirty_chunks;
   std::unordered_set<uint64_t> initialized;
+  std::vector<PushMark> staged_pushes;  // write_through: the pushes the next Flush makes durable
   uint64_t redis_rows = 0;  // rows in Redis (HLEN at start + created since)
   // Fetch scratch.
   std::vector<uint64_t> miss;

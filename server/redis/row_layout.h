@@ -3,6 +3,8 @@
 // Keys (P = key_prefix, t = table id, r = the owning server's rank, b = bucket of a row key):
 //   {P:t<t>}:meta                 the table's spec (SpecString); checked at CreateTable
 //   {P}:incarnation:r<r>          INCR'd by every server of rank r that starts (its fencing token)
+//   {P}:pushes:r<r>               hash: rank r's push marks (push_marks.cc): seq, applied, and
+//                                 t<t>:w<w> -> "<worker incarnation> <highest applied request id>"
 //   {P:t<t>:r<r>:b<b>}:rows       hash: field <key> (decimal) -> the row's RowBlob
 //   {P:t<t>:r<r>:b<b>}:fence      hash rank -> the incarnation that owns this bucket
 //   {P:t<t>:c<chunk>}             a dense chunk's weights then optimizer state (floats)
@@ -43,6 +45,7 @@ class Layout {
   int rank() const { return rank_; }
   std::string Meta(uint32_t t) const { return "{" + prefix_ + ":t" + std::to_string(t) + "}:meta"; }
   std::string Incarnation() const { return "{" + prefix_ + "}:incarnation:r" + std::to_string(rank_); }
+  std::string PushMarks() const { return "{" + prefix_ + "}:pushes:r" + std::to_string(rank_); }
   std::string BucketTag(uint32_t t, uint32_t b) const {
     return "{" + prefix_ + ":t" + std::to_string(t) + ":r" + std::to_string(rank_) + ":b" +
            std::to_string(b) + "}";

@@ -26,6 +26,7 @@
 
 #include "tests/testing/process_job.h"
 #ifdef OSPREY_TEST_REDIS
+#include "common/redis/redis_client.h"
 #include "tests/testing/redis_fixture.h"
 #endif
 #include "tests/testing/test_env.h"
@@ -54,6 +55,13 @@ double Auc(const std::string& log) {
   std::string text = ReadFile(log);
   std::smatch m;
   return std::regex_search(text, m, re) ? std::stod(m[1]) : -1;
+}
+
+long PushesAcked(const std::string& log) {
+  static const std::regex re(R"(worker \d+ pushes acknowledged (\d+), requests re-sent (\d+))");
+  std::string text = ReadFile(log);
+  std::smatch m;
+  return std::regex_search(text, m, re) ? std::stol(m[1]) : -1;
 }
 
 long TrainedSteps(const std::string& log) {
@@ -86,6 +94,10 @@ double Undisturbed(const std::string& config, const std::string& dir) {
   }
   return Auc(job.log("worker-0"));
 }
+
+// Redis write_through: the pushes applied by every incarnation of both server ranks, as their
+// push marks in Redis count them (server/redis/push_marks.cc); -1 when unreadable.
+std::function<long()> g_redis_applied;
 
 // Kills server 1 kKills times at random steps, a replacement started at once each time.
 double WithKills(const std::string& config, const std::string& dir) {
@@ -136,6 +148,15 @@ double WithKills(const std::string& config, const std::string& dir) {
   if (g_store_sets.empty()) {  // bsp: the rollback's cut (server/server_rollback.cc)
     const bool bsp = config == "bsp.yaml";
     EXPECT_NE(last.find(bsp ? "restored bsp cut clock" : "restored checkpoint"), std::string::npos) << last;
+  } else if (g_redis_applied) {
+    // No acknowledged push lost, none applied twice: the servers' applied pushes (persisted with
+    // the rows, surviving the kills) equal the pushes the workers got an OK for.
+    const long acked = PushesAcked(job.log("worker-0")) + PushesAcked(job.log("worker-1"));
+    const long applied = g_redis_applied();
+    std::printf("redis: workers acknowledged %ld pushes, servers applied %ld\n", acked, applied);
+    EXPECT_GT(acked, 0);
+    EXPECT_EQ(applied, acked) << job.Logs();
+    EXPECT_NE(last.find("restored the push marks"), std::string::npos) << "the replacement read no marks\n" << last;
   }
   return Auc(job.log("worker-0"));
 }
@@ -157,16 +178,36 @@ TEST(ServerFailoverProcessTest, BspNativeSurvivesThreeServerKills) { RunKillTest
 
 #ifdef OSPREY_TEST_REDIS
 // Redis write_through: the replacement loads nothing, it reads server 1's rows from Redis (every
-// acknowledged push is there). NOT asserted: that no push was applied twice (the dedup window
-// is not persisted in Redis; README "Failures").
+// acknowledged push is there) and its push marks, so a re-sent push it already applied is not
+// applied again: the applied-push counters in Redis equal the workers' acknowledged pushes.
 TEST(ServerFailoverProcessTest, RedisWriteThroughSurvivesThreeServerKills) {
   auto redis = osprey::testing::RedisServer::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  osprey::redis::RedisOptions ro;
+  ro.seeds = {(*redis)->endpoint()};
+  auto rc = osprey::redis::RedisClient::Connect(ro);
+  ASSERT_TRUE(rc.ok()) << rc.status().ToString();
+  g_redis_applied = [&]() -> long {
+    long sum = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<osprey::redis::Reply> r;
+      const std::string key = "{osprey-kill}:pushes:r" + std::to_string(rank);
+      if (!(*rc)->Execute({osprey::redis::Command({"HGET", key, "applied"})}, &r).ok() ||
+          r.size() != 1 || r[0].type != osprey::redis::Reply::Type::kString) {
+        return -1;
+      }
+      sum += std::stol(r[0].str);
+    }
+    return sum;
+  };
   g_store_sets = {"store.type=redis", "store.redis.local=none",
                   "store.redis.endpoints=" + (*redis)->endpoint().ToString(),
-                  "store.redis.write_policy=write_through"};
+                  "store.redis.write_policy=write_through",
+                  // Every acknowledged push applied: none dropped as stale (drop_above answers OK).
+                  "tables.embeddings.consistency.drop_above=-1", "tables.mlp.consistency.drop_above=-1"};
   RunKillTest("async.yaml", "redis");
   g_store_sets.clear();
+  g_redis_applied = nullptr;
 }
 #endif
 
