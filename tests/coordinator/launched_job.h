@@ -104,7 +104,9 @@ class LaunchedJob : public ::testing::Test {
     EXPECT_TRUE(WaitForClock(1, kKillAt, Ms(120000))) << ReadFile(p_.err_path);
     const int64_t heard = Worker(1) ? Worker(1)->clock() : -1;
     const int64_t w0 = past > 0 && Worker(0) ? Worker(0)->clock() : 0;
-    if (past > 0) EXPECT_TRUE(WaitForClock(0, w0 + past, Ms(120000))) << ReadFile(p_.err_path);
+    if (past > 0) {
+      EXPECT_TRUE(WaitForClock(0, w0 + past, Ms(120000))) << ReadFile(p_.err_path);
+    }
     const pid_t pid = PidOf("worker-1");
     EXPECT_GT(pid, 0);
     EXPECT_EQ(::kill(pid, SIGKILL), 0);
