@@ -49,8 +49,14 @@ bool Trainer::AwaitRollback(const Status& s, uint64_t* generation, int64_t* cloc
   if (!client_->RollbackAnnounced() && s.code() != StatusCode::kAborted) return false;
   const int budget_ms = std::max(job_.cluster.server_replace_timeout_ms, 0) +
                         2 * job_.cluster.heartbeat_timeout_ms;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(budget_ms);
+  // An Aborted step without an announced rollback may be a server's answer to a rollback this
+  // worker has not heard of yet (the next heartbeat reply names it), or a stopped client (the
+  // coordinator lost, the job shutting down): wait two heartbeat intervals for the announcement.
+  const auto announce_by = start + std::chrono::milliseconds(2 * std::max(job_.cluster.heartbeat_interval_ms, 1));
   while (!client_->ReadyRollback(generation, clock)) {
+    if (!client_->RollbackAnnounced() && std::chrono::steady_clock::now() > announce_by) return false;
     if (std::chrono::steady_clock::now() > deadline) {
       OSPREY_LOG_ERROR("worker {}: step failed ({}) and no bsp rollback became ready within {} ms",
                        rank_, s.ToString(), budget_ms);
