@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "common/config/cluster_config.h"
 #include "common/inproc_transport.h"
 #include "coordinator/coordinator.h"
@@ -56,6 +58,14 @@ inline proto::Heartbeat MakeHeartbeat(proto::Role role, int rank, int64_t clock 
 }
 
 // A started Coordinator at inproc://coordinator and a factory for clients of it.
+// Base of the JobState tests driven with a fake clock: the start time and fresh reply addresses.
+class JobStateFixture : public ::testing::Test {
+ protected:
+  const Clock::time_point t0_ = Clock::now();
+  uint64_t next_id_ = 1;
+  ReplyAddress Addr() { return ReplyAddress{1, next_id_++}; }
+};
+
 class CoordinatorHarness {
  public:
   static constexpr char kEndpoint[] = "inproc://coordinator";

@@ -13,11 +13,8 @@ using testing::TestJob;
 using testing::WorkerRequest;
 using Ms = std::chrono::milliseconds;
 
-class JobStateRollbackTest : public ::testing::Test {
+class JobStateRollbackTest : public testing::JobStateFixture {
  protected:
-  const Clock::time_point t0_ = Clock::now();
-  uint64_t next_id_ = 1;
-  ReplyAddress Addr() { return ReplyAddress{1, next_id_++}; }
 
   static proto::RegisterRequest Server(int pid, int rank, uint64_t incarnation) {
     proto::RegisterRequest r = ServerRequest(pid, rank);

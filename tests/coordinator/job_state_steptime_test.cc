@@ -14,11 +14,8 @@ using testing::TestJob;
 using testing::WorkerRequest;
 using Ms = std::chrono::milliseconds;
 
-class JobStateStepTimeTest : public ::testing::Test {
+class JobStateStepTimeTest : public testing::JobStateFixture {
  protected:
-  const Clock::time_point t0_ = Clock::now();
-  uint64_t next_id_ = 1;
-  ReplyAddress Addr() { return ReplyAddress{1, next_id_++}; }
 
   void Rendezvous(JobState* s, int workers) {
     Outbox out;
