@@ -70,14 +70,22 @@ int ThreadCount() {
   return -1;
 }
 
+Status AwaitSingleThreaded(const std::string& what, int timeout_ms) {
+  int threads = ThreadCount();
+  for (int waited_ms = 0; threads != 1 && waited_ms < timeout_ms; ++waited_ms) {
+    usleep(1000);
+    threads = ThreadCount();
+  }
+  if (threads == 1) return Status::OK();
+  return FailedPrecondition(what + " must be forked from a single-threaded process (" +
+                            std::to_string(threads) + " threads after " +
+                            std::to_string(timeout_ms) + " ms)");
+}
+
 StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const std::string& transport, const std::vector<config::TableConfig>& tables,
     const std::string& keys_dir) {
-  int threads = ThreadCount();
-  if (threads != 1) {
-    return FailedPrecondition("bench server must be forked from a single-threaded process (" +
-                              std::to_string(threads) + " threads now)");
-  }
+  OSPREY_RETURN_IF_ERROR(AwaitSingleThreaded("bench server"));
   OSPREY_ASSIGN_OR_RETURN(std::string listen, BenchListenEndpoint(transport));
   std::unique_ptr<ServerProcess> sp(new ServerProcess());
   TransportOptions server_options;

@@ -38,6 +38,12 @@ proto::ShardMap BenchShardMap(const std::string& endpoint,
 // Threads of the calling process (from /proc/self/status); -1 when it cannot be read.
 int ThreadCount();
 
+// OK once the calling process has one thread; FailedPrecondition naming `what` and the count
+// when it still has more after `timeout_ms`. A thread that was just joined (a client's, or a
+// ZeroMQ context's I/O thread) can stay in /proc/self/status for a moment after the join
+// returns, so a process about to fork waits for the count instead of reading it once.
+Status AwaitSingleThreaded(const std::string& what, int timeout_ms = 5000);
+
 class ServerProcess {
  public:
   // Forks the server for `transport` ("tcp" or "ipc") and waits (<= 10 s) for its endpoint.

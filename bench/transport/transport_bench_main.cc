@@ -122,10 +122,7 @@ void Progress(const BenchRecord& r) {
 // work). Fails when a thread is left in this process: the baseline forks.
 StatusOr<RawZmqResult> RunRaw(const std::string& transport, size_t bytes, EchoShape shape,
                               int window, int iters, int runs) {
-  if (ThreadCount() != 1) {
-    return Internal("raw baseline must fork from a single-threaded process (" +
-                    std::to_string(ThreadCount()) + " threads)");
-  }
+  OSPREY_RETURN_IF_ERROR(AwaitSingleThreaded("raw baseline"));
   EchoBenchConfig c;
   c.transport = transport;
   c.bytes = bytes;
