@@ -179,6 +179,28 @@ Status GpuTrainer::InitData() {
   return exchange_.InitDense(init.data());
 }
 
+Status GpuTrainer::ResumeAt(int64_t step) {
+  if (reader_ == nullptr) return FailedPrecondition("ResumeAt before Init");
+  if (step == 0) return Status::OK();  // a fresh start
+  if (step < 0 || step > job_.train.steps) {
+    return InvalidArgument("resume at step " + std::to_string(step) + ": outside [0, train.steps = " +
+                           std::to_string(job_.train.steps) + "]");
+  }
+  if (host_group_) {
+    return Unimplemented("a GPU worker of a host group (NCCL, " + std::to_string(host_group_->local_size()) +
+                         " local ranks) cannot resume alone: restart the host's workers together");
+  }
+  first_step_ = step;
+  board_ = std::make_unique<StageBoard>(kNumMilestones, opt_.ring, step);
+  reader_->SetFirstStep(step);  // a pool (made in Init) serves any step as it is
+  const int64_t samples = step * job_.train.batch_size;
+  step_.store(step);
+  samples_.store(static_cast<uint64_t>(samples));  // a full batch per step before the restart
+  OSPREY_LOG_INFO("worker {} resumes at step {} of {} (its stream from sample {})", rank_, step, job_.train.steps,
+                  samples);
+  return Status::OK();
+}
+
 // Without prefetch the main thread runs the prefetch stages itself, in order.
 Status GpuTrainer::PrepareInline(int64_t step, StepInput* in) {
   OSPREY_RETURN_IF_ERROR(PlanStep(step, in));
@@ -205,8 +227,8 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   const bool prefetch = job_.worker.prefetch;
   if (prefetch) StartPrefetch(steps);
   Status status;
-  int64_t computed = 0;
-  for (int64_t t = 0; t < steps; ++t) {
+  int64_t computed = first_step_;
+  for (int64_t t = first_step_; t < steps; ++t) {
     StepInput* in = &inputs_[t % opt_.ring];
     auto t0 = Clock::now();
     status = prefetch ? board_->WaitFor(kReady, t) : PrepareInline(t, in);
@@ -250,7 +272,7 @@ void GpuTrainer::StartPrefetch(int64_t steps) {
 // thread) or another thread's, or at Stop.
 void GpuTrainer::PlannerLoop(int64_t steps) {
   cudaSetDevice(device_);
-  for (int64_t t = 0; t < steps; ++t) {
+  for (int64_t t = first_step_; t < steps; ++t) {
     if (!board_->WaitFor(kPushed, t - opt_.ring).ok()) return;  // step t's input held step t - ring's
     Status s = PlanStep(t, &inputs_[t % opt_.ring]);
     if (!s.ok()) return board_->Fail(s);
@@ -258,9 +280,11 @@ void GpuTrainer::PlannerLoop(int64_t steps) {
   }
 }
 
-void GpuTrainer::PullerLoop(int first, int64_t steps) {
+// Puller i takes the steps t with t % pull_threads == i.
+void GpuTrainer::PullerLoop(int puller, int64_t steps) {
   cudaSetDevice(device_);
-  for (int64_t t = first; t < steps; t += opt_.pull_threads) {
+  const int p = opt_.pull_threads;
+  for (int64_t t = first_step_ + ((puller - first_step_ % p) + p) % p; t < steps; t += p) {
     if (!board_->WaitFor(kPlanned, t).ok()) return;
     Status s = PullStep(t, &inputs_[t % opt_.ring]);
     if (!s.ok()) return board_->Fail(s);
@@ -272,7 +296,7 @@ void GpuTrainer::PullerLoop(int first, int64_t steps) {
 // in the same order: the parameter all-gather of step t, then step t's gradient reduces.
 void GpuTrainer::CommLoop(int64_t steps) {
   cudaSetDevice(device_);
-  for (int64_t t = 0; t < steps; ++t) {
+  for (int64_t t = first_step_; t < steps; ++t) {
     if (host_group_) {
       if (!board_->WaitFor(kPulled, t).ok()) return;
       Status s = BroadcastParams(&inputs_[t % opt_.ring]);
@@ -286,7 +310,7 @@ void GpuTrainer::CommLoop(int64_t steps) {
 
 void GpuTrainer::PusherLoop(int64_t steps) {
   cudaSetDevice(device_);
-  for (int64_t t = 0; t < steps; ++t) {
+  for (int64_t t = first_step_; t < steps; ++t) {
     Status s = PushStep(t);
     if (!s.ok()) return board_->Fail(s);
   }

@@ -55,6 +55,41 @@ TEST(BatchReaderTest, StepTIsSamplesTBToTPlusOneBForAnyThreadCount) {
   }
 }
 
+// A restarted worker's reader (SetFirstStep) hands out the same batches from its first step on
+// as a reader that started at 0, for the synthetic generators and for a source read in order.
+TEST(BatchReaderTest, AReaderResumedAtStepKServesTheFreshStreamsBatchesFromK) {
+  const config::JobConfig job = Job();
+  for (int threads : {1, 3}) {
+    BatchReader reader(job, /*rank=*/1, /*num_workers=*/2, BatchReaderOptions{true, threads, 0});
+    reader.SetFirstStep(37);
+    ASSERT_TRUE(reader.Start().ok());
+    data::Batch scratch;
+    for (int64_t t = 37; t < 45; ++t) {
+      const data::Batch* batch = nullptr;
+      ASSERT_TRUE(reader.Take(t, &scratch, &batch).ok()) << "step " << t;
+      ExpectSameBatch(*batch, Expected(job, 1, t), t);
+    }
+  }
+}
+
+TEST(BatchReaderTest, AResumedReaderOverANonSyntheticSourceSkipsTheFirstSteps) {
+  const config::JobConfig job = Job();
+  BatchReader fresh(job, 0, 1, BatchReaderOptions{false, 1, 0});
+  BatchReader resumed(job, 0, 1, BatchReaderOptions{false, 1, 0});
+  resumed.SetFirstStep(5);
+  ASSERT_TRUE(fresh.Start().ok());
+  ASSERT_TRUE(resumed.Start().ok());
+  data::Batch a, b;
+  const data::Batch* want = nullptr;
+  const data::Batch* got = nullptr;
+  for (int64_t t = 0; t < 5; ++t) ASSERT_TRUE(fresh.Take(t, &a, &want).ok());
+  for (int64_t t = 5; t < 9; ++t) {
+    ASSERT_TRUE(fresh.Take(t, &a, &want).ok());
+    ASSERT_TRUE(resumed.Take(t, &b, &got).ok());
+    ExpectSameBatch(*got, *want, t);
+  }
+}
+
 TEST(BatchReaderTest, PoolServesBatchTModuloItsSizeWithoutCopies) {
   const config::JobConfig job = Job();
   BatchReader reader(job, 0, 1, BatchReaderOptions{true, /*threads=*/2, /*pool=*/3});

@@ -21,6 +21,27 @@ TEST(StageBoardTest, NegativeStepsHaveReachedEverything) {
   EXPECT_FALSE(board.Reached(kA, 0));
 }
 
+TEST(StageBoardTest, AResumedBoardTreatsTheStepsBeforeItsFirstAsReached) {
+  StageBoard board(kMilestones, 3, /*first_step=*/50);
+  EXPECT_TRUE(board.Reached(kA, 49));
+  EXPECT_TRUE(board.WaitFor(kB, 47).ok());
+  EXPECT_FALSE(board.Reached(kA, 50));
+  // The first window of steps from 50 may reach a milestone in any order, as from 0.
+  board.Reach(kA, 52);
+  board.Reach(kA, 50);
+  board.Reach(kA, 51);
+  EXPECT_TRUE(board.Reached(kA, 52));
+  board.Reach(kA, 53);  // 50 reached it, so 53 (a window on) may
+  EXPECT_TRUE(board.Reached(kA, 53));
+  EXPECT_FALSE(board.Reached(kB, 50));
+}
+
+TEST(StageBoardDeathTest, AResumedBoardRefusesAStepBeforeItsFirst) {
+  StageBoard board(kMilestones, 3, /*first_step=*/10);
+  EXPECT_DEATH(board.Reach(kA, 9), "");
+  EXPECT_DEATH(board.Reach(kA, 13), "");  // 10 has not reached it
+}
+
 TEST(StageBoardTest, WaiterReturnsOnceItsStepIsReached) {
   StageBoard board(kMilestones, 4);
   Status got = Internal("not returned");

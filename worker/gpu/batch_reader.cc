@@ -24,8 +24,18 @@ Status BatchReader::Start() {
     for (const Status& e : errors) OSPREY_RETURN_IF_ERROR(e);
     return Status::OK();
   }
-  for (int j = 0; j < threads_; ++j) workers_.emplace_back([this, j] { Produce(j); });
+  int64_t first = 0;
+  {
+    MutexLock lock(&mu_);
+    first = next_take_;
+  }
+  for (int j = 0; j < threads_; ++j) workers_.emplace_back([this, j, first] { Produce(j, first); });
   return Status::OK();
+}
+
+void BatchReader::SetFirstStep(int64_t first) {
+  MutexLock lock(&mu_);
+  next_take_ = first;
 }
 
 void BatchReader::Stop() {
@@ -78,7 +88,7 @@ bool BatchReader::Deliver(int64_t t, const Status& status, data::Batch* batch) {
   return true;
 }
 
-void BatchReader::Produce(int j) {
+void BatchReader::Produce(int j, int64_t first) {
   std::unique_ptr<data::SyntheticGenerator> gen;
   std::unique_ptr<DataSource> source;
   Status status;
@@ -90,8 +100,9 @@ void BatchReader::Produce(int j) {
     if (src.ok()) source = std::move(*src); else status = src.status();
   }
   const int b = job_.train.batch_size;
+  if (source && first > 0) status = source->Skip(first * b);  // one thread: j == 0
   data::Batch batch;
-  for (int64_t t = j; ; t += threads_) {
+  for (int64_t t = first + j; ; t += threads_) {
     if (status.ok()) {
       if (gen) {
         gen->SeekToSample(static_cast<uint64_t>(t) * b);

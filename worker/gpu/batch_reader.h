@@ -1,5 +1,6 @@
 // BatchReader: the training batches of the GPU loop (worker/gpu_trainer.h), made ahead of time
-// by threads of their own, taken by the planner in step order 0, 1, 2, ...
+// by threads of their own, taken by the planner in step order first, first + 1, ... (first is 0,
+// or a restarted worker's resume step: SetFirstStep).
 //
 // Synthetic data: options.threads generators of the worker's stream, generator j making steps j,
 // j + threads, ... (batch t is samples [t*B, (t+1)*B), as in the CPU loop), each at most
@@ -42,10 +43,14 @@ class BatchReader {
   // Starts the generators; with a pool, returns once the pool is made, or its first error (the
   // generator's Make error: InvalidArgument for a bad data.synthetic).
   Status Start() EXCLUDES(mu_);
+  // Before Start: the first step Take will ask for (>= 0; default 0). A restarted worker resumes
+  // its stream there: synthetic generators seek to sample first * batch_size, another source
+  // reads past that many samples first (a source shorter than that ends: OutOfRange at first).
+  void SetFirstStep(int64_t first) EXCLUDES(mu_);
   // Stops and joins the generators; a Take waiting then returns Aborted. Idempotent.
   void Stop() EXCLUDES(mu_);
 
-  // The batch of `step` (taken in order 0, 1, 2, ...): *batch points to it, valid until the next
+  // The batch of `step` (taken in order first, first + 1, ...): *batch points to it, valid until the next
   // Take. It is swapped into *scratch, or with a pool is the pool's own (read-only) batch, not a
   // copy. Errors: OutOfRange when a finite source ended, Aborted after Stop, or the source's or
   // generator's error (delivered at the step it happened; the reader makes nothing after it).
@@ -59,7 +64,7 @@ class BatchReader {
   };
 
   Status FillPool(int j);
-  void Produce(int j) EXCLUDES(mu_);
+  void Produce(int j, int64_t first) EXCLUDES(mu_);
   // Hands batch t (or its error) to slot t % slots; false when stopped first.
   bool Deliver(int64_t t, const Status& status, data::Batch* batch) EXCLUDES(mu_);
 
@@ -70,7 +75,7 @@ class BatchReader {
   Mutex mu_;
   CondVar cv_;
   std::vector<Slot> slots_ GUARDED_BY(mu_);  // 2 x threads_, batch t in slot t % size
-  int64_t next_take_ GUARDED_BY(mu_) = 0;
+  int64_t next_take_ GUARDED_BY(mu_) = 0;  // also the first step until the first Take
   bool stop_ GUARDED_BY(mu_) = false;
   // Filled by Start before any Take, read-only afterwards: no lock.
   std::vector<data::Batch> pool_;

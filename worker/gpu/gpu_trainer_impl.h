@@ -73,6 +73,10 @@ class GpuTrainer final : public TrainLoop {
   // Step-time phases, pull staleness, FLOPs and the cache's counters (worker_metrics.h); call
   // after Init, before Run.
   void SetMetrics(metrics::Registry* registry) override;
+  // A restarted worker (worker/trainer.h): after Init, before Run. Every loop then runs steps
+  // [step, train.steps) and the reader starts its stream at the step's first sample. A worker of
+  // a host group (NCCL) cannot resume alone: Unimplemented.
+  Status ResumeAt(int64_t step) override;
 
  private:
   // Adds `seconds` to phase p of the step metrics (each thread its own phases; thread-safe).
@@ -108,7 +112,7 @@ class GpuTrainer final : public TrainLoop {
 
   void StartPrefetch(int64_t steps);
   void PlannerLoop(int64_t steps);
-  void PullerLoop(int first, int64_t steps);
+  void PullerLoop(int puller, int64_t steps);
   void CommLoop(int64_t steps);
   void PusherLoop(int64_t steps);
   // Stops the board and joins the loop's threads and the reader's.
@@ -151,6 +155,7 @@ class GpuTrainer final : public TrainLoop {
   std::thread planner_, comm_thread_, pusher_;
   std::thread pullers_[kMaxPullers];
 
+  int64_t first_step_ = 0;  // ResumeAt; the first step every loop runs
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};

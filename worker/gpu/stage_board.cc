@@ -4,23 +4,23 @@
 
 namespace osprey::worker::gpu {
 
-StageBoard::StageBoard(int num_milestones, int window)
-    : window_(window), reached_(static_cast<size_t>(num_milestones) * window, -1) {
-  OSPREY_CHECK(num_milestones >= 1 && window >= 1);
+StageBoard::StageBoard(int num_milestones, int window, int64_t first_step)
+    : window_(window), first_step_(first_step), reached_(static_cast<size_t>(num_milestones) * window, -1) {
+  OSPREY_CHECK(num_milestones >= 1 && window >= 1 && first_step >= 0);
 }
 
 bool StageBoard::ReachedLocked(int milestone, int64_t step) const {
-  if (step < 0) return true;
+  if (step < first_step_) return true;
   return reached_[static_cast<size_t>(milestone) * window_ + step % window_] >= step;
 }
 
 void StageBoard::Reach(int milestone, int64_t step) {
-  OSPREY_CHECK(step >= 0);
+  OSPREY_CHECK(step >= first_step_);
   {
     MutexLock lock(&mu_);
     int64_t& entry = reached_[static_cast<size_t>(milestone) * window_ + step % window_];
     // The entry holds step - window once that step reached the milestone (-1 before any did).
-    OSPREY_CHECK(entry == step - window_ || (entry == -1 && step < window_));
+    OSPREY_CHECK(entry == step - window_ || (entry == -1 && step < first_step_ + window_));
     entry = step;
   }
   cv_.SignalAll();

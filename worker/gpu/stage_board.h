@@ -4,11 +4,12 @@
 //
 // Milestones. A milestone is a stage a step reaches once (planned, pulled, ready, gathered,
 // pushed: the loop names them, the board only counts them, 0 .. num_milestones - 1). Reach(m, t)
-// publishes it; WaitFor(m, t) returns once step t has reached m. Steps below 0 have reached every
-// milestone. The board remembers the last `window` steps of each milestone (step t in entry
-// t % window), so a milestone may be reached by steps out of order (the pullers finish steps in
-// any order) but step t may reach it only once step t - window has: the loop's ring guarantees
-// that (a step's inputs are reused only after the step it held was pushed), and Reach checks it.
+// publishes it; WaitFor(m, t) returns once step t has reached m. Steps below the board's first
+// step (0, or a restarted worker's resume step) have reached every milestone. The board
+// remembers the last `window` steps of each milestone (step t in entry t % window), so a
+// milestone may be reached by steps out of order (the pullers finish steps in any order) but
+// step t may reach it only once step t - window has: the loop's ring guarantees that (a step's
+// inputs are reused only after the step it held was pushed), and Reach checks it.
 //
 // Gradient stages. A step's backward hands its stages (dense buckets and the row gradients, in
 // the order backward finishes them) to the comm thread, which hands them to the pusher once their
@@ -38,8 +39,10 @@ class StageBoard {
  public:
   enum Queue { kSignaled = 0, kEnqueued = 1 };
 
-  // num_milestones >= 1 kinds of milestone, each remembered for window >= 1 steps.
-  StageBoard(int num_milestones, int window);
+  // num_milestones >= 1 kinds of milestone, each remembered for window >= 1 steps. Steps below
+  // first_step >= 0 have reached every milestone (a restarted worker's loop begins at its resume
+  // step: worker/trainer.h ResumeAt).
+  StageBoard(int num_milestones, int window, int64_t first_step = 0);
   StageBoard(const StageBoard&) = delete;
   StageBoard& operator=(const StageBoard&) = delete;
 
@@ -72,6 +75,7 @@ class StageBoard {
   bool InterruptedLocked() const REQUIRES(mu_) { return stopped_ || !failure_.ok(); }
 
   const int window_;
+  const int64_t first_step_;
   mutable Mutex mu_;
   CondVar cv_;
   // reached_[m * window_ + t % window_]: the last step t that reached milestone m in that entry

@@ -115,7 +115,7 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   // The pulled rows go into their slots only after the previous step's gather read the cache
   // (a stale row is refreshed in the slot it already had; evicted slots were last used by a step
   // at least ring back).
-  if (step > 0) {
+  if (step > first_step_) {  // a resumed loop's first step follows no gather
     OSPREY_RETURN_IF_ERROR(board_->WaitFor(kGathered, step - 1));
     OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(pull_stream, inputs_[(step - 1) % opt_.ring].gathered, 0));
   }
@@ -215,7 +215,7 @@ Status GpuTrainer::Compute(StepInput* in) {
   Count(StepMetrics::kNccl, bcast_s);
   const float loss = h_loss_.as<float>()[0];
   if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
-  double avg = step_.load() == 0 ? loss : 0.95 * loss_.load() + 0.05 * loss;
+  double avg = step_.load() == first_step_ ? loss : 0.95 * loss_.load() + 0.05 * loss;
   loss_.store(avg);
   samples_.fetch_add(in->batch);
   if (step_metrics_) step_metrics_->AddSamples(in->batch);
