@@ -14,9 +14,11 @@ using namespace testing;  // NOLINT: the process helpers and the LaunchedJob fix
 
 class GpuWorkerFailover : public LaunchedJob {
  protected:
+  // The worker's log, or the launcher's stderr (which quotes a failed child's last lines: the
+  // launcher may fail on worker 0's exit before the log is read here), names a missing GPU.
   bool NoGpu() {
-    for (const char* log : {"/worker-0.log", "/worker-1.log"}) {
-      const std::string text = ReadFile(logs_ + log);
+    for (const std::string& path : {logs_ + "/worker-0.log", logs_ + "/worker-1.log", p_.err_path}) {
+      const std::string text = ReadFile(path);
       if (text.find("no CUDA device is visible") != std::string::npos ||
           text.find("built without CUDA") != std::string::npos) {
         return true;
@@ -34,6 +36,7 @@ TEST_F(GpuWorkerFailover, KilledGpuWorkerResumesAtItsStepInBsp) {
     auto n = Worker(1);
     return no_gpu || LauncherFailed() || (n && n->clock() >= kKillAt);
   }, Ms(120000))) << ReadFile(p_.err_path);
+  no_gpu = no_gpu || NoGpu();  // the launcher may have failed first, the reason read just after
   if (no_gpu) {
     ::kill(p_.pid, SIGTERM);
     (void)WaitExit(p_.pid, std::chrono::seconds(60));
