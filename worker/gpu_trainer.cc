@@ -179,28 +179,6 @@ Status GpuTrainer::InitData() {
   return exchange_.InitDense(init.data());
 }
 
-Status GpuTrainer::ResumeAt(int64_t step) {
-  if (reader_ == nullptr) return FailedPrecondition("ResumeAt before Init");
-  if (step == 0) return Status::OK();  // a fresh start
-  if (step < 0 || step > job_.train.steps) {
-    return InvalidArgument("resume at step " + std::to_string(step) + ": outside [0, train.steps = " +
-                           std::to_string(job_.train.steps) + "]");
-  }
-  if (host_group_) {
-    return Unimplemented("a GPU worker of a host group (NCCL, " + std::to_string(host_group_->local_size()) +
-                         " local ranks) cannot resume alone: restart the host's workers together");
-  }
-  first_step_ = step;
-  board_ = std::make_unique<StageBoard>(kNumMilestones, opt_.ring, step);
-  reader_->SetFirstStep(step);  // a pool (made in Init) serves any step as it is
-  const int64_t samples = step * job_.train.batch_size;
-  step_.store(step);
-  samples_.store(static_cast<uint64_t>(samples));  // a full batch per step before the restart
-  OSPREY_LOG_INFO("worker {} resumes at step {} of {} (its stream from sample {})", rank_, step, job_.train.steps,
-                  samples);
-  return Status::OK();
-}
-
 // Without prefetch the main thread runs the prefetch stages itself, in order.
 Status GpuTrainer::PrepareInline(int64_t step, StepInput* in) {
   OSPREY_RETURN_IF_ERROR(PlanStep(step, in));
@@ -219,9 +197,24 @@ Status GpuTrainer::SendInline(int64_t step) {
   return s;
 }
 
+// bsp rollback (gpu/gpu_resume.cc): a segment that failed because the job rolled back to a cut
+// is followed by another from the cut's clock.
 Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   OSPREY_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   auto start = Clock::now();
+  Status status = RunSegment(on_log);
+  uint64_t generation = 0;
+  int64_t clock = 0;
+  while (!status.ok() && AwaitBspRollback(*exchange_.client(), job_, rank_, status, &generation, &clock)) {
+    status = Rewind(generation, clock);
+    if (status.ok()) status = RunSegment(on_log);
+  }
+  train_seconds_ = Since(start);
+  return status;
+}
+
+// Steps first_step_ .. train.steps - 1, every thread of the loop started and joined here.
+Status GpuTrainer::RunSegment(const std::function<void(const Progress&)>& on_log) {
   const int64_t steps = job_.train.steps;
   if (opt_.reader.pool == 0) OSPREY_RETURN_IF_ERROR(reader_->Start());
   const bool prefetch = job_.worker.prefetch;
@@ -229,6 +222,12 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   Status status;
   int64_t computed = first_step_;
   for (int64_t t = first_step_; t < steps; ++t) {
+    uint64_t generation = 0;
+    int64_t clock = 0;
+    if (exchange_.client()->ReadyRollback(&generation, &clock)) {  // Run rewinds
+      status = Aborted("bsp rollback to clock " + std::to_string(clock) + " is ready");
+      break;
+    }
     StepInput* in = &inputs_[t % opt_.ring];
     auto t0 = Clock::now();
     status = prefetch ? board_->WaitFor(kReady, t) : PrepareInline(t, in);
@@ -256,7 +255,6 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   }
   StopPrefetch();
   Status pushes = exchange_.WaitPushes(std::numeric_limits<int64_t>::max());
-  train_seconds_ = Since(start);
   OSPREY_RETURN_IF_ERROR(status);
   return pushes;
 }

@@ -46,6 +46,13 @@ class DataSource {
 };
 
 // Training stream of worker `rank` (train=true) or the held-out evaluation stream (train=false).
+// bsp rollback (trainer_resume.cc), shared by the CPU and GPU loops: after a step that failed
+// with `s`, waits (at most the server replace timeout) for the job's rollback to be ready when
+// one was announced or `s` is a server's Aborted refusal; true with *generation, *clock when there
+// is one to rewind to.
+bool AwaitBspRollback(const Client& client, const config::JobConfig& job, int rank, const Status& s,
+                      uint64_t* generation, int64_t* clock);
+
 StatusOr<std::unique_ptr<DataSource>> MakeDataSource(const config::JobConfig& job, int rank,
                                                      int num_workers, bool train);
 
@@ -158,10 +165,9 @@ class Trainer final : public TrainLoop {
   // Before step `step` when boundary_ says so: drain, pause, and go on with the client it gives
   // (trainer_scale.cc).
   Status AtBoundary(int64_t step);
-  // bsp rollback (trainer_resume.cc): after a step that failed with `s`, waits (at most the
-  // server replace timeout) for the job's rollback to be ready when one was announced or `s` is a
-  // server's Aborted refusal; true with *generation, *clock when there is one to rewind to.
-  bool AwaitRollback(const Status& s, uint64_t* generation, int64_t* clock);
+  bool AwaitRollback(const Status& s, uint64_t* generation, int64_t* clock) {  // AwaitBspRollback
+    return AwaitBspRollback(*client_, job_, rank_, s, generation, clock);
+  }
   // Drops what is in flight, moves the data stream to clock `clock`'s first sample and the step
   // counter back to it, and stamps `generation` in every later request.
   Status Rewind(uint64_t generation, int64_t clock);

@@ -45,21 +45,21 @@ Status Trainer::ResumeAt(int64_t step) {
 // server go back to the last consistent cut; this worker rewinds to its clock and trains the
 // clocks from there again, exactly as before (the synthetic stream is a function of the sample
 // index, bsp windows close on every worker's push of the clock).
-bool Trainer::AwaitRollback(const Status& s, uint64_t* generation, int64_t* clock) {
-  if (!client_->RollbackAnnounced() && s.code() != StatusCode::kAborted) return false;
-  const int budget_ms = std::max(job_.cluster.server_replace_timeout_ms, 0) +
-                        2 * job_.cluster.heartbeat_timeout_ms;
+bool AwaitBspRollback(const Client& client, const config::JobConfig& job, int rank, const Status& s,
+                      uint64_t* generation, int64_t* clock) {
+  if (!client.RollbackAnnounced() && s.code() != StatusCode::kAborted) return false;
+  const int budget_ms = std::max(job.cluster.server_replace_timeout_ms, 0) + 2 * job.cluster.heartbeat_timeout_ms;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::milliseconds(budget_ms);
   // An Aborted step without an announced rollback may be a server's answer to a rollback this
   // worker has not heard of yet (the next heartbeat reply names it), or a stopped client (the
   // coordinator lost, the job shutting down): wait two heartbeat intervals for the announcement.
-  const auto announce_by = start + std::chrono::milliseconds(2 * std::max(job_.cluster.heartbeat_interval_ms, 1));
-  while (!client_->ReadyRollback(generation, clock)) {
-    if (!client_->RollbackAnnounced() && std::chrono::steady_clock::now() > announce_by) return false;
+  const auto announce_by = start + std::chrono::milliseconds(2 * std::max(job.cluster.heartbeat_interval_ms, 1));
+  while (!client.ReadyRollback(generation, clock)) {
+    if (!client.RollbackAnnounced() && std::chrono::steady_clock::now() > announce_by) return false;
     if (std::chrono::steady_clock::now() > deadline) {
       OSPREY_LOG_ERROR("worker {}: step failed ({}) and no bsp rollback became ready within {} ms",
-                       rank_, s.ToString(), budget_ms);
+                       rank, s.ToString(), budget_ms);
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

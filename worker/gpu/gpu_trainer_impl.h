@@ -79,6 +79,15 @@ class GpuTrainer final : public TrainLoop {
   Status ResumeAt(int64_t step) override;
 
  private:
+  // Run's steps from first_step_ (gpu_trainer.cc), and the bsp rollback between two of them
+  // (gpu/gpu_resume.cc): stops nothing (RunSegment has joined its threads), drops the pushes in
+  // flight, restarts the board, the reader and the row cache at `clock` (the cached rows are from
+  // before the rollback) and stamps `generation` in every later request.
+  Status RunSegment(const std::function<void(const Progress&)>& on_log);
+  Status Rewind(uint64_t generation, int64_t clock);
+  // ResumeAt's and Rewind's common part: every loop starts at `step`.
+  Status StartAt(int64_t step);
+
   // Adds `seconds` to phase p of the step metrics (each thread its own phases; thread-safe).
   void Count(StepMetrics::Phase p, double seconds) const {
     if (step_metrics_) step_metrics_->AddPhase(p, seconds);
@@ -155,7 +164,7 @@ class GpuTrainer final : public TrainLoop {
   std::thread planner_, comm_thread_, pusher_;
   std::thread pullers_[kMaxPullers];
 
-  int64_t first_step_ = 0;  // ResumeAt; the first step every loop runs
+  int64_t first_step_ = 0;  // ResumeAt, Rewind: the first step every loop runs
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};

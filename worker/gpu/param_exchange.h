@@ -56,6 +56,7 @@ class ParamExchange {
   DenseCompressor* compressor() const { return compressor_; }
   // The dense table's messages, one per server holding chunks (Client::dense_routes).
   const std::vector<DenseRoute>& dense_routes() const { return client_->dense_routes(dense_table_); }
+  Client* client() const { return client_; }  // the bsp rollback's state
 
   // The pulls of `step`, in flight together: the rows of keys[0, n) into rows (n x dim floats),
   // and the dense parameters into params -- all of them when own_servers is null, else only the
