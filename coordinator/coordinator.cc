@@ -192,13 +192,14 @@ Status Coordinator::Authorize(proto::Op op, PeerRole role) const {
   switch (op) {
     case proto::OP_SHUTDOWN: ok = role == PeerRole::kAdmin || role == PeerRole::kCoordinator; break;
     case proto::OP_CLUSTER_STATE: break;
-    case proto::OP_SCALE: ok = role != PeerRole::kCoordinator; break;  // osprey scale: admin
+    case proto::OP_SCALE: ok = role == PeerRole::kAdmin; break;  // osprey scale dials as admin
     default: ok = role == PeerRole::kServer || role == PeerRole::kWorker; break;
   }
   if (ok) return Status::OK();
   return PermissionDenied(OpName(op) + " from role '" + PeerRoleName(role) +
                           "' is not allowed (" +
                           (op == proto::OP_SHUTDOWN ? "only the launcher / admin may"
+                           : op == proto::OP_SCALE  ? "only the admin key (osprey scale) may"
                                                     : "only servers and workers may") + ")");
 }
 

@@ -58,6 +58,7 @@ int Run(const Flags& flags) {
     OSPREY_LOG_ERROR("{}", options.status().ToString());
     return config::kExitUsage;
   }
+  options->max_message_bytes = static_cast<int64_t>(config->limits.max_control_frame_bytes);
   // The control plane is ZeroMQ whatever cluster.transport says (rdma is for the data plane only:
   // common/rdma/data_transport.h).
   StatusOr<std::unique_ptr<Transport>> transport = MakeTransport(*options);

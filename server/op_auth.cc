@@ -8,8 +8,12 @@ namespace osprey::server {
 namespace {
 
 bool IsControlOp(proto::Op op) {
-  return op == proto::OP_SERVER_STATS || op == proto::OP_CHECKPOINT || op == proto::OP_SHUTDOWN;
+  return op == proto::OP_SERVER_STATS || op == proto::OP_CHECKPOINT || op == proto::OP_SHUTDOWN ||
+         op == proto::OP_ROWS_DIGEST;
 }
+
+// Sent only by another server of the job: a scale step's moved records (server/migration/).
+bool IsServerOp(proto::Op op) { return op == proto::OP_MIGRATE_ROWS; }
 
 bool IsDataOp(proto::Op op) {
   return op == proto::OP_PULL_SPARSE || op == proto::OP_PUSH_SPARSE ||
@@ -37,6 +41,11 @@ Status AuthorizeServerOp(proto::Op op, PeerRole role, bool roles_required, Refus
     *kind = Refusal::kControlOp;
     return PermissionDenied("control op " + std::to_string(op) + " from role '" +
                             PeerRoleName(role) + "' (only the coordinator or admin may)");
+  }
+  if (IsServerOp(op) && role != PeerRole::kServer) {
+    *kind = Refusal::kControlOp;
+    return PermissionDenied("op " + std::to_string(op) + " from role '" + PeerRoleName(role) +
+                            "' (only the job's servers may: a scale step's moved rows)");
   }
   if (IsDataOp(op) && role != PeerRole::kWorker) {
     *kind = Refusal::kDataOp;

@@ -18,9 +18,10 @@ namespace osprey::server {
 enum class Refusal : unsigned { kUnauthenticated = 0, kControlOp = 1, kDataOp = 2, kCheckpointDir = 3 };
 
 // OK, or PermissionDenied naming the op and the role: control ops (OP_SERVER_STATS,
-// OP_CHECKPOINT, OP_SHUTDOWN) only from the coordinator or admin role, data ops (pulls, pushes,
-// OP_INIT_DENSE, OP_APPLIED_CLOCKS) only from workers. Other ops are left to the request checks. *kind says which
-// rule refused.
+// OP_CHECKPOINT, OP_SHUTDOWN, OP_ROWS_DIGEST) only from the coordinator or admin role,
+// OP_MIGRATE_ROWS only from another server (kind kControlOp), data ops (pulls, pushes,
+// OP_INIT_DENSE, OP_APPLIED_CLOCKS) only from workers. Other ops are left to the request checks.
+// *kind says which rule refused.
 Status AuthorizeServerOp(proto::Op op, PeerRole role, bool roles_required, Refusal* kind);
 
 // The directory an OP_CHECKPOINT may name: the configured checkpoint.dir or a directory beneath

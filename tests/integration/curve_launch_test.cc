@@ -1,8 +1,9 @@
 // `osprey launch configs/local-curve.yaml` as real processes on real sockets, attacked while it
-// trains: a peer with an unknown key, a peer without CURVE, a worker key sending control ops, an
-// admin asking for a checkpoint in a foreign directory, a worker key registering as a server, a
-// stranger on a server's plain sealed-data port. Each is refused, counted (the servers'
-// statistics), logged once; the job completes. And CURVE does not change what the job learns.
+// trains: a peer with an unknown key, a peer without CURVE, a worker key sending control ops,
+// asking to scale or importing rows, an admin asking for a checkpoint in a foreign directory, a
+// worker key registering as a server, a stranger on a server's plain sealed-data port. Each is
+// refused, counted (the servers' statistics), logged once; the job completes. And CURVE does not
+// change what the job learns.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,11 +122,18 @@ TEST(CurveLaunchTest, StrangersAndWrongRolesAreRefusedAndTheJobCompletes) {
     Status s = (*as_worker)->CallRaw(proto::OP_CHECKPOINT, "", nullptr, 5000);
     EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
   }
+  // ... nor import rows into a server (a scale step's OP_MIGRATE_ROWS is server to server).
+  Status migrate = (*as_worker)->CallRaw(proto::OP_MIGRATE_ROWS, "", nullptr, 5000);
+  EXPECT_EQ(migrate.code(), StatusCode::kPermissionDenied) << migrate.ToString();
   (*as_worker)->Stop();
   auto worker_to_coord = Dial(keys, PeerRole::kWorker, PeerRole::kCoordinator, coord);
   ASSERT_TRUE(worker_to_coord.ok());
   Status shut = (*worker_to_coord)->CallRaw(proto::OP_SHUTDOWN, "stranger", nullptr, 5000);
   EXPECT_EQ(shut.code(), StatusCode::kPermissionDenied) << shut.ToString();
+  // ... nor scale the job (osprey scale dials as admin).
+  Status scale = (*worker_to_coord)->CallRaw(proto::OP_SCALE, "", nullptr, 5000);
+  EXPECT_EQ(scale.code(), StatusCode::kPermissionDenied) << scale.ToString();
+  EXPECT_NE(scale.message().find("only the admin key"), std::string::npos) << scale.ToString();
   // ... nor take a server's place in the shard map.
   proto::RegisterRequest as_server;
   as_server.set_role(proto::ROLE_SERVER);
@@ -141,7 +149,7 @@ TEST(CurveLaunchTest, StrangersAndWrongRolesAreRefusedAndTheJobCompletes) {
   (*as_admin)->Stop();
   EXPECT_FALSE(fs::exists(base + "/x"));
   proto::ServerStats st = AdminStats(keys, server);
-  EXPECT_EQ(st.refused(), 3u);
+  EXPECT_EQ(st.refused(), 4u);  // two checkpoints and a migration from a worker, a foreign dir
   // 5. A stranger on the server's plain sealed-data port (its log names it): a plain message
   // and a forged sealed header, each refused and counted in auth_refused.
   const uint64_t refused_before = st.auth_refused();
@@ -186,7 +194,7 @@ TEST(CurveLaunchTest, StrangersAndWrongRolesAreRefusedAndTheJobCompletes) {
   const std::string report = ReadFile(base + "/report.json");
   EXPECT_GT(testing::JsonNumber(report, "auc"), 0.7);
   // The servers' final reports carry the counts into the job's report.
-  EXPECT_EQ(testing::JsonNumber(report, "server_refused"), 3) << report;
+  EXPECT_EQ(testing::JsonNumber(report, "server_refused"), 4) << report;
   EXPECT_GE(testing::JsonNumber(report, "server_auth_refused"), 2) << report;
 }
 

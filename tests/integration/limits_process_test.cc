@@ -5,7 +5,9 @@
 // drops the connection), a header claiming 10^9 keys, a flood of held pulls beyond
 // limits.max_inflight_per_peer, 10k unparsable frames. Each is refused by name, the server keeps
 // serving a good pull, its log has a bounded number of bad-request lines, and at SIGTERM its
-// final statistics count the refusals.
+// final statistics count the refusals. Memory stays bounded: a 256 MiB frame at the server and
+// one at the coordinator (limits.max_control_frame_bytes) raise neither process's peak RSS
+// (VmHWM) by more than a few MiB, and the coordinator goes on answering.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <regex>
@@ -48,6 +51,18 @@ proto::Header Req(proto::Op op, const proto::ShardMap& map, uint32_t table, uint
   h.set_value_bytes(value_bytes);
   return h;
 }
+
+// The peak resident set of process `pid` (VmHWM in /proc/PID/status), in bytes; -1 if unreadable.
+int64_t PeakRssBytes(pid_t pid) {
+  const std::string status = testing::ReadFile("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("VmHWM:");
+  if (at == std::string::npos) return -1;
+  long long kb = -1;
+  if (std::sscanf(status.c_str() + at, "VmHWM: %lld kB", &kb) != 1) return -1;
+  return kb * 1024;
+}
+
+constexpr int64_t kMiB = int64_t{1} << 20;
 
 // Registers a worker (identified by `pid`: the coordinator refuses a pid registered twice).
 StatusOr<proto::RegisterReply> RegisterWorker(std::unique_ptr<coordinator::CoordinatorClient>* out,
@@ -114,6 +129,30 @@ TEST(LimitsProcessTest, RealServerRefusesByNameAndKeepsServing) {
   std::vector<float> huge(256 << 10, 0.5f);
   big.Send(Req(proto::OP_PUSH_SPARSE, map, sparse, 1, huge.size() * 4, 3), VecBuf<uint64_t>({3}), VecBuf(huge));
   EXPECT_TRUE(testing::WaitUntil([&] { return pull_ok(&big, 4); }, std::chrono::seconds(60)));
+
+  // 256 MiB frames at the server and at the coordinator: dropped by ZeroMQ after the size field,
+  // never buffered (without the limit each would raise the peak RSS by 256 MiB).
+  {
+    const int64_t server_before = PeakRssBytes(server.pid), coord_before = PeakRssBytes(coordinator.pid);
+    ASSERT_GT(server_before, 0);
+    ASSERT_GT(coord_before, 0);
+    std::vector<uint8_t> giant(256 * kMiB, 0x5a);
+    RawPeer at_server(std::make_unique<ZmqTransport>(TransportOptions{}), map.server_endpoints(0));
+    at_server.Send(Req(proto::OP_PUSH_SPARSE, map, sparse, 1, giant.size(), 7), VecBuf<uint64_t>({3}), VecBuf(giant));
+    RawPeer at_coord(std::make_unique<ZmqTransport>(TransportOptions{}), coord);
+    at_coord.Send(Buffer::Copy(giant.data(), 16), Buffer(), VecBuf(giant));
+    // The coordinator still answers (its state), and the server still serves the sender.
+    EXPECT_TRUE(testing::WaitUntil([&] { return pull_ok(&at_server, 8); }, std::chrono::seconds(60)));
+    auto state = w0->GetState(30000);
+    EXPECT_TRUE(state.ok()) << state.status().ToString();
+    const int64_t server_after = PeakRssBytes(server.pid), coord_after = PeakRssBytes(coordinator.pid);
+    std::printf("peak RSS: server %lld -> %lld MiB, coordinator %lld -> %lld MiB\n",
+                static_cast<long long>(server_before / kMiB), static_cast<long long>(server_after / kMiB),
+                static_cast<long long>(coord_before / kMiB), static_cast<long long>(coord_after / kMiB));
+    EXPECT_LT(server_after - server_before, 32 * kMiB) << "the server buffered a frame beyond limits.max_frame_bytes";
+    EXPECT_LT(coord_after - coord_before, 32 * kMiB)
+        << "the coordinator buffered a frame beyond limits.max_control_frame_bytes";
+  }
 
   // Held pulls (clock 5; worker 1 is at clock 0): 50 held, the other 150 refused by name.
   RawPeer flooder(std::make_unique<ZmqTransport>(TransportOptions{}), map.server_endpoints(0));

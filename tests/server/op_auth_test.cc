@@ -29,6 +29,31 @@ TEST(OpAuthTest, ControlOpsOnlyFromCoordinatorOrAdmin) {
   }
 }
 
+TEST(OpAuthTest, RowsDigestIsAControlOp) {
+  Refusal kind;
+  EXPECT_TRUE(AuthorizeServerOp(proto::OP_ROWS_DIGEST, PeerRole::kAdmin, true, &kind).ok());
+  EXPECT_TRUE(AuthorizeServerOp(proto::OP_ROWS_DIGEST, PeerRole::kCoordinator, true, &kind).ok());
+  for (PeerRole r : {PeerRole::kWorker, PeerRole::kServer}) {
+    EXPECT_EQ(AuthorizeServerOp(proto::OP_ROWS_DIGEST, r, true, &kind).code(), StatusCode::kPermissionDenied);
+    EXPECT_EQ(kind, Refusal::kControlOp);
+  }
+}
+
+// A stolen worker key must not import rows into a server (a scale step's OP_MIGRATE_ROWS).
+TEST(OpAuthTest, MigrateRowsOnlyFromServers) {
+  Refusal kind;
+  EXPECT_TRUE(AuthorizeServerOp(proto::OP_MIGRATE_ROWS, PeerRole::kServer, true, &kind).ok());
+  for (PeerRole r : {PeerRole::kWorker, PeerRole::kAdmin, PeerRole::kCoordinator, PeerRole::kUnauthenticated}) {
+    Status s = AuthorizeServerOp(proto::OP_MIGRATE_ROWS, r, true, &kind);
+    EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << PeerRoleName(r);
+  }
+  Status s = AuthorizeServerOp(proto::OP_MIGRATE_ROWS, PeerRole::kWorker, true, &kind);
+  EXPECT_EQ(kind, Refusal::kControlOp);
+  EXPECT_NE(s.message().find("only the job's servers"), std::string::npos) << s.message();
+  // security: none trusts the network.
+  EXPECT_TRUE(AuthorizeServerOp(proto::OP_MIGRATE_ROWS, PeerRole::kUnauthenticated, false, &kind).ok());
+}
+
 TEST(OpAuthTest, DataOpsOnlyFromWorkers) {
   Refusal kind;
   EXPECT_TRUE(AuthorizeServerOp(proto::OP_PUSH_SPARSE, PeerRole::kWorker, true, &kind).ok());
