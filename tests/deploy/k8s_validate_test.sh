@@ -39,4 +39,19 @@ VENV=$(bash "$SRC/deploy/venv.sh" | tail -n 1)
   --set security.keys_dir= --set train.steps=50 --set train.eval_samples=2000 >"$tmp/launch.out" 2>&1 ||
   { tail -n 30 "$tmp/launch.out"; fail "the ConfigMap's job config does not run"; }
 grep -q "held-out AUC" "$tmp/launch.out" || fail "the ConfigMap's job printed no report"
-echo "k8s_validate_test: OK (manifests validate; both broken copies refused; the ConfigMap's job runs)"
+
+# components/redis: the servers' flags are a valid redis store config for the ConfigMap's job (an
+# unknown key would stop every server pod at start). redis-inspect loads the job with them and
+# fails only at connecting, naming the endpoint (the pod's DNS name does not resolve here).
+args=$(sed -nE 's/^ *value: "(--set store\..*)"$/\1/p' "$SRC/deploy/k8s/components/redis/servers-store.yaml")
+[ -n "$args" ] || fail "no OSPREY_SERVER_ARGS in components/redis/servers-store.yaml"
+# shellcheck disable=SC2086  # the flags are words
+if "$BIN/osprey" redis-inspect --config "$tmp/job.yaml" $args >"$tmp/inspect.out" 2>&1; then
+  fail "redis-inspect reached a Redis at the pod's name"
+fi
+if grep -q "unknown key" "$tmp/inspect.out"; then
+  cat "$tmp/inspect.out"; fail "components/redis passes flags the redis store config refuses"
+fi
+grep -q "osprey-redis-0.osprey-redis:6379" "$tmp/inspect.out" ||
+  { cat "$tmp/inspect.out"; fail "redis-inspect did not try the component's endpoint"; }
+echo "k8s_validate_test: OK (manifests validate; both broken copies refused; the ConfigMap's job runs; components/redis's flags load)"
