@@ -64,13 +64,14 @@ Status Server::CheckReshard(const proto::ShardMap& target) const {
 StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
                                                 migration::RowSender* sender) {
   std::vector<migration::RowBatch> batches;
+  std::vector<std::vector<uint64_t>> erase;  // per table: the sparse rows moved away
   ReshardResult result;
   {
     MutexLock work(&work_mu_);
     OSPREY_RETURN_IF_ERROR(CheckReshard(target));
     const int self = rank();
     const int n = target.server_endpoints_size();
-    std::vector<std::vector<uint64_t>> erase(tables_.size());
+    erase.resize(tables_.size());
     std::vector<std::vector<uint64_t>> owned(tables_.size());
     for (size_t i = 0; i < tables_.size(); ++i) {
       const uint32_t id = static_cast<uint32_t>(i);
@@ -98,10 +99,11 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
         auto fill = [&](const std::vector<uint64_t>& ks, std::vector<float>* out) -> Status {
           work_mu_.AssertHeld();  // called right here, under the lock
           if (sparse) {
+            // Asked before the visit: a store's VisitRows may hold its own lock while it calls back
+            // (the redis store's does).
+            const size_t f = store_->RecordFloats(id, 0);
             return store_->VisitRows(id, ks.data(), ks.size(), RowAccess::kRead,
                                      [&](const RowBlock& b) -> Status {
-              work_mu_.AssertHeld();
-              const size_t f = store_->RecordFloats(id, 0);
               for (size_t r = 0; r < b.n; ++r) {
                 if (b.rows[r] == nullptr) return Internal("scale: an exported row vanished");
                 out->insert(out->end(), b.rows[r], b.rows[r] + f);
@@ -132,11 +134,6 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
       if (tables_[i]->spec().type() != proto::TABLE_DENSE) continue;
       OSPREY_RETURN_IF_ERROR(store_->SetOwnedChunks(static_cast<uint32_t>(i), owned[i]));
     }
-    for (size_t i = 0; i < tables_.size(); ++i) {
-      if (erase[i].empty()) continue;
-      OSPREY_RETURN_IF_ERROR(store_->EraseRows(static_cast<uint32_t>(i), erase[i].data(),
-                                               erase[i].size(), nullptr));
-    }
     epoch_ = target.epoch();
     placement_epoch_ = target.placement_epoch() != 0 ? target.placement_epoch() : target.epoch();
     placement_known_ = target.placement_epoch() != 0;
@@ -145,6 +142,17 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
   if (!batches.empty()) {
     if (sender == nullptr) return Internal("scale: records to move but no sender");
     OSPREY_RETURN_IF_ERROR(sender->SendAll(std::move(batches)));
+  }
+  // Only once every new owner acknowledged its records (and, with the redis store, wrote them to
+  // Redis): a failed transfer leaves the rows here. Nothing reads them meanwhile (the workers are
+  // paused and this server already answers only for the rows it keeps).
+  {
+    MutexLock work(&work_mu_);
+    for (size_t i = 0; i < erase.size(); ++i) {
+      if (erase[i].empty()) continue;
+      OSPREY_RETURN_IF_ERROR(store_->EraseRows(static_cast<uint32_t>(i), erase[i].data(),
+                                               erase[i].size(), nullptr));
+    }
   }
   OSPREY_LOG_INFO("server {}: resharded to epoch {} ({} servers): {} records sent, {} kept", rank(),
                   target.epoch(), target.server_endpoints_size(), result.records_sent,
@@ -181,7 +189,8 @@ Status Server::ExecuteMigrate(const proto::Header& h, const Message& msg) {
     data += f;
   }
   t.set_version(std::max(t.version(), h.version()));
-  return Status::OK();
+  // Durable before the reply (redis write_through: the old owner deletes its copy after it).
+  return store_->Sync(h.table());
 }
 
 StatusOr<migration::RowsDigest> Server::Digest() const {

@@ -30,6 +30,14 @@ redis.register_function('osprey_put', function(keys, args)
   return redis.call('HSET', keys[2], unpack(args, 3))
 end)
 
+-- A scale step's moved rows (redis_store_reshard.cc): deleted from the old owner's bucket once
+-- their new owner holds them. Returns how many fields were deleted.
+redis.register_function('osprey_del', function(keys, args)
+  local err = fenced(keys[1], args[1], args[2])
+  if err then return redis.error_reply(err) end
+  return redis.call('HDEL', keys[2], unpack(args, 3))
+end)
+
 -- merge: redis (redis_merge.cc): one sgd / adagrad step per row, in double, stored as floats.
 -- A row blob is its floats then 32 bytes of update versions (4 u64, newest first).
 redis.register_function('osprey_apply', function(keys, args)

@@ -80,6 +80,10 @@ class RedisStore : public Store {
                      const ChunkBlockFn& fn) override;
   Status InitChunks(uint32_t table, const uint64_t* chunks, size_t n,
                     const float* values) override;
+  // A scale step (redis_store_reshard.cc): moved rows deleted from this rank's buckets (fenced),
+  // dense chunks given up or gained (their fences claimed). EraseRows also serves eviction.
+  Status EraseRows(uint32_t table, const uint64_t* keys, size_t n, size_t* erased) override;
+  Status SetOwnedChunks(uint32_t table, std::vector<uint64_t> owned) override;
   Status ExportRecords(uint32_t table, const RecordVisitor& visit) const override;
   Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) override;
   size_t RecordFloats(uint32_t table, uint64_t key) const override;

@@ -1,4 +1,5 @@
 // RedisStore: writing dirty rows and chunks to Redis (Sync, the write_back flusher, FlushAll).
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -51,12 +52,16 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
       std::vector<std::vector<std::pair<uint64_t, uint64_t>>> by_bucket(redis_store::kBuckets);
       for (const auto& kg : t->cache->TakeDirty()) by_bucket[redis_store::BucketOf(kg.first)].push_back(kg);
       for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
-        if (by_bucket[b].empty()) continue;
+       // At most kRowsPerCall rows a call: the function unpacks its arguments onto Lua's stack.
+       for (size_t from = 0; from < by_bucket[b].size(); from += redis_store::kRowsPerCall) {
+        std::vector<std::pair<uint64_t, uint64_t>> piece(
+            by_bucket[b].begin() + static_cast<std::ptrdiff_t>(from),
+            by_bucket[b].begin() + static_cast<std::ptrdiff_t>(std::min(by_bucket[b].size(), from + redis_store::kRowsPerCall)));
         const std::string tag = layout_->BucketTag(table, b);
         // Formatted straight into the protocol buffer: no string per field or row blob.
         Command c;
         c.key_index = 3;
-        const size_t k = by_bucket[b].size();
+        const size_t k = piece.size();
         c.args = {"FCALL", "osprey_put", "2", tag + ":fence"};
         const std::string rows_key = layout_->Rows(table, b);
         const size_t row_bytes = t->row_floats * sizeof(float);
@@ -66,14 +71,15 @@ Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
         w.Arg(rows_key);
         w.Arg(rank);
         w.Arg(inc);
-        for (const auto& kg : by_bucket[b]) {
+        for (const auto& kg : piece) {
           RowCache::Row* row = t->cache->Peek(kg.first);
           w.ArgU64(kg.first);
           w.Arg(reinterpret_cast<const char*>(row->record.get()), row_bytes,
                 reinterpret_cast<const char*>(row->history), kRowHistory * sizeof(uint64_t));
         }
         cmds.push_back(std::move(c));
-        what.push_back(std::move(by_bucket[b]));
+        what.push_back(std::move(piece));
+       }
       }
     } else {
       for (uint64_t chunk : t->dirty_chunks) {

@@ -1,6 +1,7 @@
 #include "server/redis/row_cache.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace osprey::server::redis_store {
 
@@ -82,6 +83,25 @@ void RowCache::MaybeEvict() {
     rows_.erase(it);
   }
   if (free_.size() > kMaxFree) free_.resize(kMaxFree);
+}
+
+size_t RowCache::Erase(const uint64_t* keys, size_t n) {
+  std::unordered_set<uint64_t> listed;
+  size_t erased = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = rows_.find(keys[i]);
+    if (it == rows_.end()) continue;
+    if (it->second.dirty_gen != 0) --dirty_count_;
+    if (it->second.listed) listed.insert(keys[i]);
+    if (free_.size() < kMaxFree) free_.push_back(std::move(it->second.record));
+    rows_.erase(it);
+    ++erased;
+  }
+  if (!listed.empty()) {
+    dirty_.erase(std::remove_if(dirty_.begin(), dirty_.end(), [&](uint64_t k) { return listed.count(k) > 0; }),
+                 dirty_.end());
+  }
+  return erased;
 }
 
 }  // namespace osprey::server::redis_store

@@ -70,6 +70,9 @@ class RowCache {
   }
   // Evicts clean rows down to capacity when over it by the slack.
   void MaybeEvict();
+  // Drops the rows of keys[0..n), dirty or not (they moved to another server, or were evicted);
+  // returns how many were cached. Not during a flush (TakeDirty .. MarkClean).
+  size_t Erase(const uint64_t* keys, size_t n);
 
  private:
   const size_t row_floats_;

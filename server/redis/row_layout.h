@@ -31,6 +31,9 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "row blobs are memcpy'd
 
 constexpr int kFormatVersion = 1;
 constexpr uint32_t kBuckets = 64;
+// The most rows (or fields) one function call writes or deletes: a call's arguments are unpacked
+// onto Lua's stack, which holds ~8000 values (a scale step's import can dirty 5k rows a bucket).
+constexpr size_t kRowsPerCall = 2048;
 
 inline uint32_t BucketOf(uint64_t key) {
   uint64_t x = key + 0x9e3779b97f4a7c15ull;

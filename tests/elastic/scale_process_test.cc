@@ -5,6 +5,9 @@
 // finishes. Rows are conserved exactly: the sum of the servers' final row digests (count and
 // checksum of every row and dense chunk with its optimizer state, logged at exit) equals that of
 // the same job run without scaling -- in bsp both end at the same cut (train.steps clocks).
+// The same with the redis store (a real redis-server started here; merge: server, write_through):
+// the moved rows are deleted from the old owner's buckets and written under the new owner's, so
+// the digests -- read back from Redis at exit -- match too.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -24,6 +27,12 @@
 #include "tests/testing/free_port.h"
 #include "tests/testing/launch_util.h"
 #include "tests/testing/test_env.h"
+#ifdef OSPREY_TEST_REDIS
+#include <set>
+
+#include "server/redis/row_layout.h"
+#include "tests/testing/redis_fixture.h"
+#endif
 
 namespace {
 
@@ -43,7 +52,7 @@ struct Child {
 // The processes of one job; whatever still runs at the end is killed and reaped.
 class Job {
  public:
-  explicit Job(const std::string& dir) : dir_(dir) {
+  Job(const std::string& dir, const std::vector<std::string>& sets) : dir_(dir) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     bin_ = EnvOr("OSPREY_BIN_DIR", "build/bin");
@@ -56,6 +65,7 @@ class Job {
           std::string("log.level=info")}) {
       config_.insert(config_.end(), {"--set", s});
     }
+    for (const std::string& s : sets) config_.insert(config_.end(), {"--set", s});
   }
   ~Job() {
     coord_.reset();
@@ -178,25 +188,33 @@ bool AllExitedZero(Job& job, std::string* why) {
   return true;
 }
 
-TEST(ScaleProcessTest, TwoToThreeToTwoServersConservesEveryRow) {
-  const std::string base = "/tmp/osprey-scale-test-" + std::to_string(::getpid());
+// 2 -> 3 -> 2 servers while training, then the same job never scaled: the rows digests match.
+// `scaled` and `unscaled` are each run's extra config sets; `check` (optional) runs after each
+// scale step with the new server count, and with 0 once the scaled job has ended.
+void ScaleAndCompare(const std::string& tag, const std::vector<std::string>& scaled,
+                     const std::vector<std::string>& unscaled,
+                     const std::function<void(int)>& check = nullptr) {
+  const std::string base = "/tmp/osprey-scale-test-" + tag + "-" + std::to_string(::getpid());
   uint64_t rows = 0, records = 0, checksum = 0;
   int servers = 0;
   std::string scale_out;
   {
-    Job job(base + "/scaled");
+    Job job(base + "/scaled", scaled);
     job.Start();
     ASSERT_TRUE(job.WaitForStep(100, 120)) << job.Logs();
     std::vector<std::string> join = job.config();
     join.push_back("--join");
     job.Spawn("server-2", "osprey-server", join);
     ASSERT_EQ(job.Scale(3), 0) << job.Logs();
+    if (check) check(3);
     scale_out = ReadFile(job.log("scale-0"));
     const long at = job.MinStep();
     ASSERT_TRUE(job.WaitForStep(at + 100, 120)) << "training did not go on after 2 -> 3\n" << job.Logs();
     ASSERT_EQ(job.Scale(2), 0) << job.Logs();
+    if (check) check(2);
     scale_out += ReadFile(job.log("scale-1"));
     ASSERT_TRUE(job.WaitAll(Clock::now() + std::chrono::seconds(180))) << job.Logs();
+    if (check) check(0);
     std::string why;
     EXPECT_TRUE(AllExitedZero(job, &why)) << why << "\n" << job.Logs();
     job.Digest(&rows, &records, &checksum, &servers);
@@ -212,7 +230,7 @@ TEST(ScaleProcessTest, TwoToThreeToTwoServersConservesEveryRow) {
   uint64_t base_rows = 0, base_records = 0, base_checksum = 0;
   int base_servers = 0;
   {
-    Job job(base + "/baseline");
+    Job job(base + "/baseline", unscaled);
     job.Start();
     ASSERT_TRUE(job.WaitAll(Clock::now() + std::chrono::seconds(180))) << job.Logs();
     std::string why;
@@ -231,5 +249,54 @@ TEST(ScaleProcessTest, TwoToThreeToTwoServersConservesEveryRow) {
   EXPECT_EQ(checksum, base_checksum) << "a row's weights or optimizer state differ from the run without scaling";
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(base);
 }
+
+TEST(ScaleProcessTest, TwoToThreeToTwoServersConservesEveryRow) { ScaleAndCompare("native", {}, {}); }
+
+#ifdef OSPREY_TEST_REDIS
+TEST(ScaleProcessTest, RedisStoreTwoToThreeToTwoServersConservesEveryRow) {
+  auto redis = osprey::testing::RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const std::vector<std::string> store = {"store.type=redis",
+                                          "store.redis.endpoints=" + (*redis)->endpoint().ToString(),
+                                          "store.redis.write_policy=write_through"};
+  std::vector<std::string> scaled = store, unscaled = store;
+  scaled.push_back("store.redis.key_prefix=scaled");
+  unscaled.push_back("store.redis.key_prefix=unscaled");
+  auto admin = (*redis)->Admin();
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  // The sparse table's row keys in Redis under server rank r (row_layout.h).
+  auto keys_of = [&](int r) {
+    const osprey::server::redis_store::Layout layout("scaled", r);
+    std::vector<osprey::redis::Command> cmds;
+    for (uint32_t b = 0; b < osprey::server::redis_store::kBuckets; ++b) {
+      cmds.push_back(osprey::redis::Command{{"HKEYS", layout.Rows(0, b)}});
+    }
+    std::vector<osprey::redis::Reply> replies;
+    EXPECT_TRUE((*admin)->Execute(cmds, &replies).ok());
+    std::set<std::string> keys;
+    for (const auto& reply : replies) {
+      for (const auto& e : reply.elements) keys.insert(e.str);
+    }
+    return keys;
+  };
+  // Moved rows are written under their new owner and deleted under the old one: rank 2 holds rows
+  // while it serves and none once it left; no row is under two ranks.
+  ScaleAndCompare("redis", scaled, unscaled, [&](int servers) {
+    const std::set<std::string> r0 = keys_of(0), r1 = keys_of(1), r2 = keys_of(2);
+    std::printf("redis rows after %s: rank 0 %zu, rank 1 %zu, rank 2 %zu\n",
+                servers ? ("the step to " + std::to_string(servers) + " servers").c_str() : "the job",
+                r0.size(), r1.size(), r2.size());
+    if (servers == 3) {
+      EXPECT_GT(r2.size(), 0u) << "rank 2 holds no rows in Redis after it joined";
+    } else {
+      EXPECT_EQ(r2.size(), 0u) << "rows left under the removed rank 2";
+    }
+    for (const std::set<std::string>* other : {&r1, &r2}) {
+      for (const std::string& k : *other) EXPECT_EQ(r0.count(k), 0u) << "row " << k << " under two ranks";
+    }
+    for (const std::string& k : r2) EXPECT_EQ(r1.count(k), 0u) << "row " << k << " under two ranks";
+  });
+}
+#endif
 
 }  // namespace

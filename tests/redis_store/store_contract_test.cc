@@ -3,7 +3,7 @@
 // without a hot-row cache, write_through and write_back) give the same rows, optimizer state and
 // history bit for bit; a new store on the same Redis reads them back; a replaced incarnation's
 // writes are refused; a mismatched table spec, a Redis that is down and a wrong password are
-// refused with errors naming what is wrong.
+// refused with errors naming what is wrong; a scale step's moved rows change owner in Redis.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -283,6 +283,70 @@ TEST(RedisStoreTest, CacheBytesBoundsTheCachedRows) {
   }
   EXPECT_EQ(a->num_rows(0), 1000u);
   EXPECT_GE(a->cached_rows(0), 1u);
+}
+
+// A scale step's part of the store (osprey scale; the whole step: scale_process_test): rows moved
+// from rank 0 to rank 1 -- imported there, erased here -- are in Redis under rank 1 only, with
+// the same records; more than kRowsPerCall rows a bucket are written and deleted in pieces; a
+// replaced incarnation cannot erase; a dense chunk given up is never written by its old owner.
+TEST(RedisStoreTest, MovedRowsLeaveTheOldOwnerForTheNew) {
+  Backend be = StartBackend(false);
+  auto u = *Updater::Make(Sparse(4, "sgd").optimizer);
+  std::unique_ptr<RedisStore> a = Open(be.Config(), 0), b = Open(be.Config(), 1);
+  ASSERT_TRUE(a->CreateTable(Spec(0, Sparse(4, "sgd"), *u)).ok());
+  ASSERT_TRUE(b->CreateTable(Spec(0, Sparse(4, "sgd"), *u)).ok());
+  const size_t n = 64 * redis_store::kRowsPerCall + 20000;  // buckets over kRowsPerCall rows
+  std::vector<uint64_t> keys(n), moved;
+  for (uint64_t i = 0; i < n; ++i) keys[i] = i * 7919;
+  std::vector<float> g(4 * n, 0.25f);
+  ASSERT_TRUE(u->ApplyRows(a.get(), 0, keys.data(), n, 4, g.data(), RowUpdate{}).ok());
+  ASSERT_TRUE(a->Sync(0).ok());
+  ASSERT_EQ(a->num_rows(0), n);
+  const std::map<uint64_t, std::vector<float>> before = Export(*a, 0);
+  for (const auto& [key, rec] : before) {
+    if (key % 2 == 0) continue;
+    moved.push_back(key);
+    ASSERT_TRUE(b->ImportRecord(0, key, rec.data(), rec.size()).ok());
+  }
+  ASSERT_TRUE(b->Sync(0).ok());
+  size_t erased = 0;
+  ASSERT_TRUE(a->EraseRows(0, moved.data(), moved.size(), &erased).ok());
+  EXPECT_EQ(erased, moved.size());
+  EXPECT_EQ(a->num_rows(0), n - moved.size());
+  // Read back by new incarnations of both ranks: each key under exactly one, its record intact.
+  std::unique_ptr<RedisStore> a2 = Open(be.Config(), 0), b2 = Open(be.Config(), 1);
+  ASSERT_TRUE(a2->CreateTable(Spec(0, Sparse(4, "sgd"), *u)).ok());
+  ASSERT_TRUE(b2->CreateTable(Spec(0, Sparse(4, "sgd"), *u)).ok());
+  const auto kept = Export(*a2, 0), gained = Export(*b2, 0);
+  EXPECT_EQ(kept.size(), n - moved.size());
+  EXPECT_EQ(gained.size(), moved.size());
+  for (const auto& [key, rec] : before) {
+    const auto& where = key % 2 == 0 ? kept : gained;
+    auto it = where.find(key);
+    ASSERT_NE(it, where.end()) << "key " << key << " lost";
+    EXPECT_EQ(it->second, rec) << "key " << key;
+    EXPECT_EQ((key % 2 == 0 ? gained : kept).count(key), 0u) << "key " << key << " under both ranks";
+  }
+  // The replaced rank-0 store is fenced off: it cannot erase its successor's rows.
+  const uint64_t one = keys[0];
+  Status fenced = a->EraseRows(0, &one, 1, nullptr);
+  EXPECT_EQ(fenced.code(), StatusCode::kFailedPrecondition) << fenced.ToString();
+
+  // Dense: chunk 3 written here, then given up before the flush: never written by this store.
+  auto du = *Updater::Make(Dense(1000).optimizer);
+  std::unique_ptr<RedisStore> d = Open(be.Config(), 0);
+  ASSERT_TRUE(d->CreateTable(Spec(1, Dense(1000), *du)).ok());
+  std::vector<uint64_t> chunks = {2, 3};
+  std::vector<float> init(200, 1.5f);
+  ASSERT_TRUE(d->InitChunks(1, chunks.data(), 2, init.data()).ok());
+  ASSERT_TRUE(d->SetOwnedChunks(1, {0, 1, 2}).ok());
+  ASSERT_TRUE(d->Sync(1).ok());
+  std::vector<float> out(100);
+  EXPECT_FALSE(d->PullChunks(1, &chunks[1], 1, out.data()).ok()) << "chunk 3 is not owned any more";
+  std::unique_ptr<RedisStore> e = Open(be.Config(), 1);
+  ASSERT_TRUE(e->CreateTable(Spec(1, Dense(1000), *du)).ok()) << "chunk 3 was written after it was given up";
+  ASSERT_TRUE(e->PullChunks(1, &chunks[0], 1, out.data()).ok());
+  EXPECT_EQ(out[0], 1.5f) << "chunk 2, kept and flushed";
 }
 
 TEST(RedisStoreTest, RedisDownAtStartNamesTheEndpoint) {
