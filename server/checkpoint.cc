@@ -398,6 +398,7 @@ StatusOr<std::vector<uint64_t>> RestoreFiles(const std::vector<std::string>& pat
   // Pass 2: import what this server owns.
   if (info != nullptr) {
     info->files = n;
+    info->files_read = static_cast<int>(paths.size());
     info->min_clock = files[0].header.clock();
     info->max_clock = files[0].header.clock();
     for (const ParsedFile& f : files) {
@@ -457,6 +458,14 @@ StatusOr<std::vector<uint64_t>> RestoreOwnCheckpointFile(const std::string& path
                                                          const CheckpointMeta& current,
                                                          Store* store, RestoreInfo* info) {
   return RestoreFiles({path}, current.num_servers, current.rank, current, store, info);
+}
+
+StatusOr<std::vector<uint64_t>> RestoreReplacementCheckpoint(const std::string& dir,
+                                                             const CheckpointMeta& current,
+                                                             Store* store, RestoreInfo* info) {
+  OSPREY_ASSIGN_OR_RETURN(const int n, CheckpointFiles(dir));
+  if (n != current.num_servers) return RestoreCheckpoint(dir, current, store, info);
+  return RestoreOwnCheckpointFile(CheckpointPath(dir, current.rank, n), current, store, info);
 }
 
 }  // namespace osprey::server

@@ -65,6 +65,7 @@ struct CheckpointMeta {
 // What RestoreCheckpoint found, for the restoring server's log.
 struct RestoreInfo {
   int files = 0;             // N of the server-R-of-N files
+  int files_read = 0;        // N, or 1 where only this server's own file was read
   int64_t min_clock = 0;     // over the files; equal when the files are one bsp cut
   int64_t max_clock = 0;
   // [table][file rank]: the admission / eviction state of each file ("" where it has none).
@@ -99,5 +100,14 @@ StatusOr<std::vector<uint64_t>> RestoreOwnCheckpointFile(const std::string& path
                                                          const CheckpointMeta& current,
                                                          Store* store,
                                                          RestoreInfo* info = nullptr);
+
+// A failover replacement's restore: when `dir` holds a checkpoint of current.num_servers servers,
+// only server current.rank's own file is read and verified (every record it owns is there, and
+// the other files belong to live servers that keep their state); with another server count, all
+// of them (RestoreCheckpoint). Halves the restore of a two-server job on the failover path.
+StatusOr<std::vector<uint64_t>> RestoreReplacementCheckpoint(const std::string& dir,
+                                                             const CheckpointMeta& current,
+                                                             Store* store,
+                                                             RestoreInfo* info = nullptr);
 
 }  // namespace osprey::server

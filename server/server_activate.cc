@@ -142,7 +142,8 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
     return Status::OK();
   }
   OSPREY_ASSIGN_OR_RETURN(std::vector<uint64_t> versions,
-                          RestoreCheckpoint(restore_dir_, now, store_.get(), &info));
+                          replacement_ ? RestoreReplacementCheckpoint(restore_dir_, now, store_.get(), &info)
+                                       : RestoreCheckpoint(restore_dir_, now, store_.get(), &info));
   std::string list;
   for (size_t i = 0; i < tables_.size(); ++i) {
     admission::RowLifecycle* l = tables_[i]->lifecycle();
@@ -167,9 +168,9 @@ Status Server::RestoreLocked(const proto::ShardMap& map) {
                           ? std::to_string(info.min_clock)
                           : std::to_string(info.min_clock) + ".." +
                                 std::to_string(info.max_clock) + ", NOT one cut";
-  OSPREY_LOG_INFO("server {} restored checkpoint {} ({} files, clock {}): versions [{}]; {:.1f} MB: "
-                  "read {:.2f} s, verify {:.2f} s, import {:.2f} s", rank(), restore_dir_, info.files,
-                  clock, list, static_cast<double>(info.bytes) / 1e6, info.read_seconds,
+  OSPREY_LOG_INFO("server {} restored checkpoint {} ({} of {} files read, clock {}): versions [{}]; "
+                  "{:.1f} MB: read {:.2f} s, verify {:.2f} s, import {:.2f} s", rank(), restore_dir_,
+                  info.files_read, info.files, clock, list, static_cast<double>(info.bytes) / 1e6, info.read_seconds,
                   info.verify_seconds, info.import_seconds);
   return Status::OK();
 }

@@ -147,7 +147,11 @@ double WithKills(const std::string& config, const std::string& dir) {
   EXPECT_NE(last.find("is a replacement"), std::string::npos) << last;
   if (g_store_sets.empty()) {  // bsp: the rollback's cut (server/server_rollback.cc)
     const bool bsp = config == "bsp.yaml";
+    // A replacement reads its own file only (RestoreReplacementCheckpoint), the cut's too.
     EXPECT_NE(last.find(bsp ? "restored bsp cut clock" : "restored checkpoint"), std::string::npos) << last;
+    if (!bsp) {
+      EXPECT_NE(last.find("(1 of 2 files read"), std::string::npos) << last;
+    }
   } else if (g_redis_applied) {
     // No acknowledged push lost, none applied twice: the servers' applied pushes (persisted with
     // the rows, surviving the kills) equal the pushes the workers got an OK for.

@@ -62,7 +62,7 @@ TEST(RestoreLaunchTest, ResumesFromACheckpointOnAnotherServerCount) {
                    "second", &out), 0)
       << out;
   EXPECT_NE(out.find("servers restore from"), std::string::npos) << out;
-  std::regex re(R"(server (\d) restored checkpoint .* \(2 files, clock (\d+)\): versions \[embeddings=(\d+), mlp=(\d+)\])");
+  std::regex re(R"(server (\d) restored checkpoint .* \(2 of 2 files read, clock (\d+)\): versions \[embeddings=(\d+), mlp=(\d+)\])");
   int restored = 0;
   std::string versions;
   for (int s = 0; s < 3; ++s) {
