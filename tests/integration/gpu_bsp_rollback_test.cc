@@ -21,7 +21,6 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using osprey::testing::Child;
 using osprey::testing::ProcessJob;
 using osprey::testing::ReadFile;
@@ -73,20 +72,10 @@ TEST(GpuBspRollbackTest, ServerKillRewindsTheGpuWorkersAndTheJobCompletes) {
   ProcessJob job("bsp.yaml", Sets(), ::testing::TempDir() + "/osprey-gpu-rollback-kill");
   job.Start();
   ASSERT_TRUE(job.WaitFor([&] { return job.Step(0) >= 700; }, 120)) << job.Logs();
-  Child& victim = job.child("server-1");
-  ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
-  const auto killed_at = Clock::now();
-  while (!job.Exited(victim)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const long killed_step = job.Step(0);
-  job.Spawn("server-1-r1", "osprey-server", {"--rank", "1", "--restore", job.ckpt()});
-  const std::regex rewound(R"(worker \d+ rewinds from step (\d+) to clock (\d+) \(bsp rollback generation 1\))");
-  std::smatch m;
-  ASSERT_TRUE(job.WaitFor([&] {
-    std::string w0 = ReadFile(job.log("worker-0")), w1 = ReadFile(job.log("worker-1"));
-    return std::regex_search(w0, m, rewound) && std::regex_search(w1, rewound);
-  }, 60)) << "the GPU workers did not rewind\n" << job.Logs();
-  const double rewind_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
-  const long from = std::stol(m[1]), cut = std::stol(m[2]);
+  const ProcessJob::Rewound r = job.KillServer1AndAwaitRewind(60);
+  ASSERT_GE(r.cut, 0) << "the GPU workers did not rewind\n" << job.Logs();
+  const double rewind_s = r.seconds;
+  const long killed_step = r.killed_step, from = r.from, cut = r.cut;
   EXPECT_EQ(cut % 100, 0) << "a cut clock is a multiple of checkpoint.every_steps";
   EXPECT_LE(cut, killed_step);
   std::printf("killed at step %ld; cut clock %ld, %ld clocks redone; kill -> both GPU workers rewound %.2f s\n",

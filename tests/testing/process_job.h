@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -135,6 +136,37 @@ class ProcessJob {
     return Node(osprey::proto::ROLE_WORKER, worker, &n) ? n.clock() : -1;
   }
   std::vector<Child>& children() { return children_; }
+
+  // A bsp rollback (the bsp rollback tests): kills server-1 with SIGKILL, starts its replacement
+  // `osprey-server --rank 1 --restore CKPT` at once and waits (at most `seconds`) until both
+  // workers' logs say they rewound for rollback generation 1. cut < 0 when they did not.
+  struct Rewound {
+    long killed_step = -1;  // worker 0's step when server 1 was gone
+    long from = -1;         // the step worker 0 rewound from
+    long cut = -1;          // the cut's clock
+    double seconds = 0;     // kill -> both workers rewound (log polled every 20 ms)
+  };
+  Rewound KillServer1AndAwaitRewind(int seconds) {
+    Rewound r;
+    Child& victim = child("server-1");
+    if (::kill(victim.pid, SIGKILL) != 0) return r;
+    const auto killed_at = Clock::now();
+    while (!Exited(victim)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    r.killed_step = Step(0);
+    Spawn("server-1-r1", "osprey-server", {"--rank", "1", "--restore", ckpt()});
+    static const std::regex kRewound(R"(worker \d+ rewinds from step (\d+) to clock (\d+) \(bsp rollback generation 1\))");
+    std::smatch m;
+    const bool both = WaitFor([&] {
+      const std::string w0 = ReadFile(log("worker-0")), w1 = ReadFile(log("worker-1"));
+      return std::regex_search(w0, m, kRewound) && std::regex_search(w1, kRewound);
+    }, seconds);
+    if (!both) return r;
+    r.seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
+    r.from = std::stol(m[1]);
+    r.cut = std::stol(m[2]);
+    return r;
+  }
+
   std::string Logs() const {
     std::string out;
     for (const auto& c : children_) out += "---- " + c.name + "\n" + ReadFile(log(c.name));
