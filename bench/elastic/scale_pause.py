@@ -13,6 +13,11 @@ servers hold about a million rows after --warmup seconds), then per run: starts 
             the reply and the new client's start to `pause`
 
   python3 bench/elastic/scale_pause.py --bin-dir build/bin [--cardinality 40000] [--runs 3]
+      [--store native|redis|both]
+
+--store redis starts one redis-server (no persistence) on a free loopback port for the runs and
+stops it by pid at the end; each run uses its own key prefix, store.redis.write_policy
+write_through. `both` interleaves native and redis runs.
 """
 import argparse
 import os
@@ -42,12 +47,33 @@ def latest(path, pattern):
     return re.findall(pattern, text)
 
 
-def run_once(args, work):
+def start_redis(work):
+    """A redis-server on a free loopback port; (process, "127.0.0.1:PORT")."""
+    port = free_port()
+    log = open(os.path.join(work, "redis.log"), "w")
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", work], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError("redis-server exited; see %s/redis.log" % work)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                c.sendall(b"PING\r\n")
+                if c.recv(16).startswith(b"+PONG"):
+                    return p, "127.0.0.1:%d" % port
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise RuntimeError("redis-server did not answer PING within 30 s")
+
+
+def run_once(args, work, store_sets=()):
     endpoint = "tcp://127.0.0.1:%d" % free_port()
     sets = ["cluster.coordinator=" + endpoint, "cluster.heartbeat_interval_ms=50",
             "train.steps=1000000", "train.eval_samples=0", "train.batch_size=%d" % args.batch,
             "data.zipf_alpha=0.05", "data.cardinalities=[%s]" % ",".join([str(args.cardinality)] * 26),
-            "client.timeout_ms=120000"]
+            "client.timeout_ms=120000"] + list(store_sets)
     common = ["--config", args.config]
     for s in sets:
         common += ["--set", s]
@@ -111,23 +137,39 @@ def main():
     ap.add_argument("--warmup", type=float, default=20.0, help="seconds of training before the first step")
     ap.add_argument("--batch", type=int, default=8192)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--store", choices=["native", "redis", "both"], default="native")
     args = ap.parse_args()
-    runs = []
-    for i in range(args.runs):
-        work = tempfile.mkdtemp(prefix="osprey-scale-bench-")
-        r = run_once(args, work)
-        runs.append(r)
-        for step, v in r.items():
-            print("run %d %s: %d records, %d moved, pause %.3f s, transfer %.3f s, worker %.3f s"
-                  % (i + 1, step, v["records"], v["moved"], v["pause"], v["transfer"], v["worker"]),
-                  flush=True)
+    stores = ["native", "redis"] if args.store == "both" else [args.store]
+    runs = {store: [] for store in stores}
+    redis = None
+    try:
+        if "redis" in stores:
+            redis = start_redis(tempfile.mkdtemp(prefix="osprey-scale-bench-redis-"))
+        for i in range(args.runs):
+            for store in stores:  # interleaved: both see the same machine load
+                work = tempfile.mkdtemp(prefix="osprey-scale-bench-")
+                sets = [] if store == "native" else [
+                    "store.type=redis", "store.redis.endpoints=" + redis[1],
+                    "store.redis.write_policy=write_through", "store.redis.key_prefix=pause%d" % i]
+                r = run_once(args, work, sets)
+                runs[store].append(r)
+                for step, v in r.items():
+                    print("run %d %s %s: %d records, %d moved, pause %.3f s, transfer %.3f s, worker %.3f s"
+                          % (i + 1, store, step, v["records"], v["moved"], v["pause"], v["transfer"], v["worker"]),
+                          flush=True)
+    finally:
+        if redis is not None:
+            redis[0].kill()
+            redis[0].wait()
     print()
-    print("| step | records (median) | moved (median) | pause s (median) | transfer s | worker pause s | runs |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for step in ("2->3", "3->2"):
-        col = lambda k: statistics.median(r[step][k] for r in runs)
-        print("| %s | %d | %d | %.3f | %.3f | %.3f | %d |" % (step, col("records"), col("moved"), col("pause"),
-                                                          col("transfer"), col("worker"), len(runs)))
+    print("| store | step | records (median) | moved (median) | pause s (median) | transfer s | worker pause s | runs |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for store in stores:
+        for step in ("2->3", "3->2"):
+            col = lambda k: statistics.median(r[step][k] for r in runs[store])
+            print("| %s | %s | %d | %d | %.3f | %.3f | %.3f | %d |" % (
+                store, step, col("records"), col("moved"), col("pause"), col("transfer"), col("worker"),
+                len(runs[store])))
 
 
 if __name__ == "__main__":
