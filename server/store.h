@@ -204,6 +204,12 @@ class Store {
   // Calls `visit` once per record of `table` (sparse: rows in storage order; dense: owned chunks
   // that were initialized); stops at the first error and returns it.
   virtual Status ExportRecords(uint32_t table, const RecordVisitor& visit) const = 0;
+  // The keys ExportRecords would visit, without their records (a scale step picks the moved rows
+  // from them). Default: through ExportRecords; a store whose rows live elsewhere (Redis) reads
+  // only the keys. The same rule for `visit`: it must not call back into the store.
+  virtual Status ExportKeys(uint32_t table, const std::function<Status(uint64_t key)>& visit) const {
+    return ExportRecords(table, [&](uint64_t key, const float*, size_t) { return visit(key); });
+  }
   // Overwrites (creating if needed) the record `key` with `floats` floats laid out as exported.
   // InvalidArgument when `floats` is not RecordFloats(table, key) or the chunk is not owned.
   virtual Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) = 0;

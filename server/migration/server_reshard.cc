@@ -2,6 +2,7 @@
 // the records this server no longer owns under the new shard map to their new owners, and
 // ExecuteMigrate takes in the records another server moved here.
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "common/logging.h"
@@ -37,6 +38,66 @@ Status AddBatches(const std::string& endpoint, uint32_t table, uint64_t epoch, u
   return Status::OK();
 }
 
+// The records one server sends to one destination: keys and their records, back to back.
+struct Outgoing {
+  std::vector<uint64_t> keys;
+  std::vector<float> records;
+  std::vector<size_t> starts;  // each record's offset in `records` (a dense last chunk is short)
+  void Add(uint64_t key, const float* d, size_t f) {
+    keys.push_back(key);
+    starts.push_back(records.size());
+    records.insert(records.end(), d, d + f);
+  }
+};
+
+// Sparse `table`: the keys from Store::ExportKeys (a redis store reads only the keys), the
+// destinations from PlanKeyMoves, then the moved rows read with one VisitRows per destination.
+Status SparseOutgoing(Store* store, uint32_t table, int self, int n, std::vector<Outgoing>* out,
+                      uint64_t* kept) {
+  std::vector<uint64_t> keys;
+  OSPREY_RETURN_IF_ERROR(store->ExportKeys(table, [&](uint64_t key) {
+    keys.push_back(key);
+    return Status::OK();
+  }));
+  migration::MovePlan plan = migration::PlanKeyMoves(table, keys.data(), keys.size(), self, n);
+  *kept += plan.kept;
+  out->resize(plan.by_dest.size());
+  // Asked before the visits: a store's VisitRows may hold its own lock while it calls back.
+  const size_t f = store->RecordFloats(table, 0);
+  for (size_t d = 0; d < plan.by_dest.size(); ++d) {
+    const std::vector<uint64_t>& moved = plan.by_dest[d];
+    if (moved.empty()) continue;
+    Outgoing& o = (*out)[d];
+    o.records.reserve(moved.size() * f);
+    OSPREY_RETURN_IF_ERROR(store->VisitRows(table, moved.data(), moved.size(), RowAccess::kRead,
+                                            [&](const RowBlock& b) -> Status {
+      for (size_t r = 0; r < b.n; ++r) {
+        if (b.rows[r] == nullptr) return Internal("scale: an exported row vanished");
+        o.Add(moved[b.begin + r], b.rows[r], f);
+      }
+      return Status::OK();
+    }));
+  }
+  return Status::OK();
+}
+
+// One export pass that copies out every record another server owns at `n` servers: for dense
+// tables (their chunks are in memory in every store) and for a leaving server's sparse rows (all
+// of them move, so reading them whole at once beats reading the keys first).
+Status ExportOutgoing(Store* store, uint32_t table, bool sparse, int self, int n,
+                      std::vector<Outgoing>* out, uint64_t* kept) {
+  out->resize(std::max(n, self + 1));
+  return store->ExportRecords(table, [&](uint64_t key, const float* d, size_t f) {
+    const int owner = sparse ? ServerForKey(table, key, n) : ServerForChunk(table, key, n);
+    if (owner == self) {
+      ++*kept;
+    } else {
+      (*out)[owner].Add(key, d, f);
+    }
+    return Status::OK();
+  });
+}
+
 }  // namespace
 
 Status Server::CheckReshard(const proto::ShardMap& target) const {
@@ -63,6 +124,11 @@ Status Server::CheckReshard(const proto::ShardMap& target) const {
 
 StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
                                                 migration::RowSender* sender) {
+  using SteadyClock = std::chrono::steady_clock;
+  auto since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  };
+  const auto start = SteadyClock::now();
   std::vector<migration::RowBatch> batches;
   std::vector<std::vector<uint64_t>> erase;  // per table: the sparse rows moved away
   ReshardResult result;
@@ -77,52 +143,32 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
       const uint32_t id = static_cast<uint32_t>(i);
       const TableShard& t = *tables_[i];
       const bool sparse = t.spec().type() == proto::TABLE_SPARSE;
-      // Every record's key (sparse rows; initialized dense chunks), and the dense ones' records.
-      std::vector<uint64_t> keys;
-      std::vector<float> dense_records;
-      std::vector<size_t> dense_offsets;
-      OSPREY_RETURN_IF_ERROR(store_->ExportRecords(id, [&](uint64_t key, const float* d, size_t f) {
-        keys.push_back(key);
-        if (!sparse) {
-          dense_offsets.push_back(dense_records.size());
-          dense_records.insert(dense_records.end(), d, d + f);
-        }
-        return Status::OK();
-      }));
-      migration::MovePlan plan = sparse ? migration::PlanKeyMoves(id, keys.data(), keys.size(), self, n)
-                                        : migration::PlanChunkMoves(id, keys.data(), keys.size(), self, n);
-      result.records_kept += plan.kept;
-      for (size_t d = 0; d < plan.by_dest.size(); ++d) {
-        const std::vector<uint64_t>& moved = plan.by_dest[d];
-        if (moved.empty()) continue;
-        result.records_sent += moved.size();
+      std::vector<Outgoing> outgoing;
+      if (sparse && self < n && n < num_servers_) {
+        // A shrink moves only the leaving ranks' keys (jump hash, moved_rows.h): nothing to scan.
+        result.records_kept += store_->num_rows(id);
+      } else if (sparse && self < n) {
+        OSPREY_RETURN_IF_ERROR(SparseOutgoing(store_.get(), id, self, n, &outgoing, &result.records_kept));
+      } else {
+        OSPREY_RETURN_IF_ERROR(ExportOutgoing(store_.get(), id, sparse, self, n, &outgoing, &result.records_kept));
+      }
+      for (size_t dest = 0; dest < outgoing.size(); ++dest) {
+        Outgoing& o = outgoing[dest];
+        if (o.keys.empty()) continue;
+        result.records_sent += o.keys.size();
+        size_t next = 0;  // AddBatches asks for the records in key order, batch after batch
         auto fill = [&](const std::vector<uint64_t>& ks, std::vector<float>* out) -> Status {
-          work_mu_.AssertHeld();  // called right here, under the lock
-          if (sparse) {
-            // Asked before the visit: a store's VisitRows may hold its own lock while it calls back
-            // (the redis store's does).
-            const size_t f = store_->RecordFloats(id, 0);
-            return store_->VisitRows(id, ks.data(), ks.size(), RowAccess::kRead,
-                                     [&](const RowBlock& b) -> Status {
-              for (size_t r = 0; r < b.n; ++r) {
-                if (b.rows[r] == nullptr) return Internal("scale: an exported row vanished");
-                out->insert(out->end(), b.rows[r], b.rows[r] + f);
-              }
-              return Status::OK();
-            });
-          }
-          for (uint64_t c : ks) {
-            const size_t at = static_cast<size_t>(
-                std::find(keys.begin(), keys.end(), c) - keys.begin());
-            const size_t end = at + 1 < dense_offsets.size() ? dense_offsets[at + 1] : dense_records.size();
-            out->insert(out->end(), dense_records.begin() + static_cast<std::ptrdiff_t>(dense_offsets[at]),
-                        dense_records.begin() + static_cast<std::ptrdiff_t>(end));
-          }
+          const size_t end = next + ks.size();
+          const size_t to = end < o.starts.size() ? o.starts[end] : o.records.size();
+          out->insert(out->end(), o.records.begin() + static_cast<std::ptrdiff_t>(o.starts[next]),
+                      o.records.begin() + static_cast<std::ptrdiff_t>(to));
+          next = end;
           return Status::OK();
         };
-        OSPREY_RETURN_IF_ERROR(AddBatches(target.server_endpoints(static_cast<int>(d)), id,
-                                          target.epoch(), t.version(), moved, fill, &batches));
-        if (sparse) erase[i].insert(erase[i].end(), moved.begin(), moved.end());
+        OSPREY_RETURN_IF_ERROR(AddBatches(target.server_endpoints(static_cast<int>(dest)), id,
+                                          target.epoch(), t.version(), o.keys, fill, &batches));
+        if (sparse) erase[i].insert(erase[i].end(), o.keys.begin(), o.keys.end());
+        o = Outgoing();  // the batches hold the copy now
       }
       if (!sparse) {
         owned[i] = self < n ? migration::OwnedChunks(id, t.num_chunks(), self, n)
@@ -139,6 +185,8 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
     placement_known_ = target.placement_epoch() != 0;
     num_servers_ = n;
   }
+  const double export_s = since(start);
+  const auto send_start = SteadyClock::now();
   if (!batches.empty()) {
     if (sender == nullptr) return Internal("scale: records to move but no sender");
     OSPREY_RETURN_IF_ERROR(sender->SendAll(std::move(batches)));
@@ -146,6 +194,8 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
   // Only once every new owner acknowledged its records (and, with the redis store, wrote them to
   // Redis): a failed transfer leaves the rows here. Nothing reads them meanwhile (the workers are
   // paused and this server already answers only for the rows it keeps).
+  const double send_s = since(send_start);
+  const auto erase_start = SteadyClock::now();
   {
     MutexLock work(&work_mu_);
     for (size_t i = 0; i < erase.size(); ++i) {
@@ -154,9 +204,10 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
                                                erase[i].size(), nullptr));
     }
   }
-  OSPREY_LOG_INFO("server {}: resharded to epoch {} ({} servers): {} records sent, {} kept", rank(),
+  OSPREY_LOG_INFO("server {}: resharded to epoch {} ({} servers): {} records sent, {} kept; export "
+                  "{:.3f} s, send (the receivers' import included) {:.3f} s, erase {:.3f} s", rank(),
                   target.epoch(), target.server_endpoints_size(), result.records_sent,
-                  result.records_kept);
+                  result.records_kept, export_s, send_s, since(erase_start));
   return result;
 }
 

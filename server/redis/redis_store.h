@@ -85,6 +85,8 @@ class RedisStore : public Store {
   Status EraseRows(uint32_t table, const uint64_t* keys, size_t n, size_t* erased) override;
   Status SetOwnedChunks(uint32_t table, std::vector<uint64_t> owned) override;
   Status ExportRecords(uint32_t table, const RecordVisitor& visit) const override;
+  // Sparse: HKEYS per bucket plus the cached rows' keys (each once); dense: ExportRecords'.
+  Status ExportKeys(uint32_t table, const std::function<Status(uint64_t key)>& visit) const override;
   Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) override;
   size_t RecordFloats(uint32_t table, uint64_t key) const override;
   size_t ChunkFloats(uint32_t table, uint64_t chunk) const override;

@@ -49,6 +49,32 @@ Status RedisStore::ExportRecords(uint32_t table, const RecordVisitor& visit) con
   return Status::OK();
 }
 
+Status RedisStore::ExportKeys(uint32_t table, const std::function<Status(uint64_t)>& visit) const {
+  MutexLock l(&mu_);
+  Table* t = any(table);
+  if (t == nullptr) return Internal("no table " + std::to_string(table));
+  if (!t->is_sparse) {
+    return dense_.ExportRecords(table, [&](uint64_t key, const float*, size_t) { return visit(key); });
+  }
+  std::vector<Command> all;
+  for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
+    all.push_back(Command{{"HKEYS", layout_->Rows(table, b)}});
+  }
+  std::vector<Reply> r;
+  OSPREY_RETURN_IF_ERROR(client_->Execute(all, &r));
+  for (size_t b = 0; b < r.size(); ++b) {
+    if (r[b].is_error()) return Internal("redis store: HKEYS " + all[b].args[1] + ": " + r[b].str);
+    for (const Reply& field : r[b].elements) {
+      const uint64_t key = std::strtoull(field.str.c_str(), nullptr, 10);
+      if (t->cache->Peek(key) == nullptr) OSPREY_RETURN_IF_ERROR(visit(key));  // cached: below
+    }
+  }
+  std::vector<uint64_t> cached;
+  t->cache->ForEach([&](uint64_t key, const RowCache::Row&) { cached.push_back(key); });
+  for (uint64_t key : cached) OSPREY_RETURN_IF_ERROR(visit(key));
+  return Status::OK();
+}
+
 Status RedisStore::ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) {
   size_t want = RecordFloats(table, key);
   if (floats != want) {

@@ -303,6 +303,17 @@ TEST(RedisStoreTest, MovedRowsLeaveTheOldOwnerForTheNew) {
   ASSERT_TRUE(a->Sync(0).ok());
   ASSERT_EQ(a->num_rows(0), n);
   const std::map<uint64_t, std::vector<float>> before = Export(*a, 0);
+  // ExportKeys (what a scale step scans: HKEYS, no row data) visits exactly the exported keys.
+  std::map<uint64_t, int> seen;
+  ASSERT_TRUE(a->ExportKeys(0, [&](uint64_t key) {
+    ++seen[key];
+    return Status::OK();
+  }).ok());
+  ASSERT_EQ(seen.size(), before.size());
+  for (const auto& [key, count] : seen) {
+    EXPECT_EQ(count, 1) << "key " << key;
+    EXPECT_EQ(before.count(key), 1u) << "key " << key;
+  }
   for (const auto& [key, rec] : before) {
     if (key % 2 == 0) continue;
     moved.push_back(key);
