@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: request_fuzzer over a live server's request path,
-# codec_fuzzer over the codec frame decoder) with clang -fsanitize=fuzzer,address,undefined into
-# $FUZZ_BUILD_DIR (default build-fuzz/; CUDA off, only the libraries they need), then runs each
-# for FUZZ_SECONDS (default 30, so 60 s in all) from the checked-in seed corpora in
+# codec_fuzzer over the codec frame decoder, seal_fuzzer over the sealed data port's opening) with
+# clang -fsanitize=fuzzer,address,undefined into $FUZZ_BUILD_DIR (default build-fuzz/; CUDA off,
+# only the libraries they need), then runs each for FUZZ_SECONDS (default 30, so 90 s in all) from the checked-in seed corpora in
 # tests/fuzz/corpus/ (new inputs go to $FUZZ_BUILD_DIR/corpus-*, never into the tree). Fails on
 # any crash, sanitizer report, leak, timeout or lost reply; the input that caused it is left in
 # $FUZZ_BUILD_DIR/artifacts/ -- turn it into a unit test. Called by deploy/test.sh (so CI runs it).
@@ -31,11 +31,11 @@ cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DOSPREY_WITH_CUDA=OFF -DOSPREY_WITH_RDMA=OFF -DOSPREY_WITH_REDIS=OFF \
   -DOSPREY_BUILD_TESTS=OFF -DOSPREY_BUILD_BENCH=OFF -DOSPREY_BUILD_FUZZ=ON >/dev/null
-echo "fuzz: building request_fuzzer codec_fuzzer"
-cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS" --target request_fuzzer codec_fuzzer -- --quiet
+echo "fuzz: building request_fuzzer codec_fuzzer seal_fuzzer"
+cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS" --target request_fuzzer codec_fuzzer seal_fuzzer -- --quiet
 mkdir -p "$FUZZ_BUILD_DIR/artifacts"
 status=0
-for target in request codec; do
+for target in request codec seal; do
   work="$FUZZ_BUILD_DIR/corpus-$target"
   mkdir -p "$work"
   echo "fuzz: ${target}_fuzzer for ${FUZZ_SECONDS} s"
