@@ -15,10 +15,6 @@ const char* ScalePhaseName(ScaleProtocol::Phase phase) {
 }
 
 std::string ScaleRefusal(const config::PsConfig& config) {
-  if (config.store.type == config::StoreType::kRedis && config.store.redis.merge == config::MergeSide::kRedis) {
-    return "scale: store.redis.merge redis cannot add or remove servers yet (the rows are applied "
-           "in Redis, not in the moving server's cache); use merge: server";
-  }
   for (const config::TableConfig& t : config.tables) {
     if (t.admission.enabled() || t.eviction.enabled()) {
       return "scale: table '" + t.name + "' has feature admission / eviction, whose sketch and row "

@@ -253,12 +253,14 @@ void ScaleAndCompare(const std::string& tag, const std::vector<std::string>& sca
 TEST(ScaleProcessTest, TwoToThreeToTwoServersConservesEveryRow) { ScaleAndCompare("native", {}, {}); }
 
 #ifdef OSPREY_TEST_REDIS
-TEST(ScaleProcessTest, RedisStoreTwoToThreeToTwoServersConservesEveryRow) {
+// The redis store job scaled 2 -> 3 -> 2 against a real redis-server; `merge` is store.redis.merge.
+void RedisScaleTest(const std::string& merge) {
   auto redis = osprey::testing::RedisServer::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   const std::vector<std::string> store = {"store.type=redis",
                                           "store.redis.endpoints=" + (*redis)->endpoint().ToString(),
-                                          "store.redis.write_policy=write_through"};
+                                          "store.redis.write_policy=write_through",
+                                          "store.redis.merge=" + merge};
   std::vector<std::string> scaled = store, unscaled = store;
   scaled.push_back("store.redis.key_prefix=scaled");
   unscaled.push_back("store.redis.key_prefix=unscaled");
@@ -281,7 +283,7 @@ TEST(ScaleProcessTest, RedisStoreTwoToThreeToTwoServersConservesEveryRow) {
   };
   // Moved rows are written under their new owner and deleted under the old one: rank 2 holds rows
   // while it serves and none once it left; no row is under two ranks.
-  ScaleAndCompare("redis", scaled, unscaled, [&](int servers) {
+  ScaleAndCompare("redis-" + merge, scaled, unscaled, [&](int servers) {
     const std::set<std::string> r0 = keys_of(0), r1 = keys_of(1), r2 = keys_of(2);
     std::printf("redis rows after %s: rank 0 %zu, rank 1 %zu, rank 2 %zu\n",
                 servers ? ("the step to " + std::to_string(servers) + " servers").c_str() : "the job",
@@ -297,6 +299,12 @@ TEST(ScaleProcessTest, RedisStoreTwoToThreeToTwoServersConservesEveryRow) {
     for (const std::string& k : r2) EXPECT_EQ(r1.count(k), 0u) << "row " << k << " under two ranks";
   });
 }
+
+TEST(ScaleProcessTest, RedisStoreTwoToThreeToTwoServersConservesEveryRow) { RedisScaleTest("server"); }
+
+// merge: redis -- the optimizer step runs in Redis (osprey_apply) and the servers cache no rows:
+// the moved rows are read from and written to Redis the same way.
+TEST(ScaleProcessTest, RedisMergeStoreTwoToThreeToTwoServersConservesEveryRow) { RedisScaleTest("redis"); }
 #endif
 
 }  // namespace
