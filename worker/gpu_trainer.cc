@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "common/logging.h"
@@ -156,6 +157,18 @@ Status GpuTrainer::InitBuffers() {
 
 Status GpuTrainer::InitData() {
   OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs(cpu_model_->dense_tensors(), opt_.encode_on_device));
+  OSPREY_RETURN_IF_ERROR(InitEncoder());
+  OSPREY_LOG_INFO("worker {}: dense gradient encoded on the {}: {}", rank_, opt_.encode_on_device ? "device" : "host",
+                  opt_.encode_why);
+  reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
+  if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
+  std::vector<float> init(num_params_);
+  cpu_model_->InitDense(job_.model.seed, init.data());
+  return exchange_.InitDense(init.data());
+}
+
+Status GpuTrainer::InitEncoder() {
+  device_encoder_.reset();
   if (opt_.encode_on_device) {
     // The messages this worker pushes: the servers some bucket pushes (with a host group, its own).
     std::vector<DenseRoute> pushed;
@@ -170,13 +183,7 @@ Status GpuTrainer::InitData() {
     OSPREY_ASSIGN_OR_RETURN(device_encoder_,
                             DeviceDenseEncoder::Create(exchange_.compressor(), exchange_.dense_table(), pushed));
   }
-  OSPREY_LOG_INFO("worker {}: dense gradient encoded on the {}: {}", rank_, opt_.encode_on_device ? "device" : "host",
-                  opt_.encode_why);
-  reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
-  if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
-  std::vector<float> init(num_params_);
-  cpu_model_->InitDense(job_.model.seed, init.data());
-  return exchange_.InitDense(init.data());
+  return Status::OK();
 }
 
 // Without prefetch the main thread runs the prefetch stages itself, in order.
@@ -205,8 +212,15 @@ Status GpuTrainer::Run(const std::function<void(const Progress&)>& on_log) {
   Status status = RunSegment(on_log);
   uint64_t generation = 0;
   int64_t clock = 0;
-  while (!status.ok() && AwaitBspRollback(*exchange_.client(), job_, rank_, status, &generation, &clock)) {
-    status = Rewind(generation, clock);
+  while (true) {
+    if (status.ok() && pause_at_ >= 0) {  // a scale step's pause
+      const int64_t at = std::exchange(pause_at_, -1);
+      status = AtBoundary(at);
+    } else if (!status.ok() && AwaitBspRollback(*exchange_.client(), job_, rank_, status, &generation, &clock)) {
+      status = Rewind(generation, clock);
+    } else {
+      break;
+    }
     if (status.ok()) status = RunSegment(on_log);
   }
   train_seconds_ = Since(start);
@@ -226,6 +240,10 @@ Status GpuTrainer::RunSegment(const std::function<void(const Progress&)>& on_log
     int64_t clock = 0;
     if (exchange_.client()->ReadyRollback(&generation, &clock)) {  // Run rewinds
       status = Aborted("bsp rollback to clock " + std::to_string(clock) + " is ready");
+      break;
+    }
+    if (boundary_ != nullptr && host_group_ == nullptr && t > first_step_ && boundary_->Pending(t)) {
+      pause_at_ = t;  // Run pauses once the steps before t are pushed and answered
       break;
     }
     StepInput* in = &inputs_[t % opt_.ring];

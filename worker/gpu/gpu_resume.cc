@@ -1,8 +1,10 @@
 // The GPU loop's restarts at a step (worker/gpu_trainer.h, issue 12): ResumeAt, a restarted
-// worker's start at its resume plan's step, and Rewind, the bsp rollback to the job's last
-// consistent cut (coordinator/job_state_rollback.cc). Both make every thread of the loop start at
-// one step: the StageBoard counts the steps before it as done, the BatchReader starts its stream
-// at the step's first sample (the synthetic stream is a function of the sample index).
+// worker's start at its resume plan's step; Rewind, the bsp rollback to the job's last
+// consistent cut (coordinator/job_state_rollback.cc); and AtBoundary, a scale step's pause
+// (worker/scale_pause.h) after which the loop goes on with the new shard map's client. Each makes
+// every thread of the loop start at one step: the StageBoard counts the steps before it as done,
+// the BatchReader starts its stream at the step's first sample (the synthetic stream is a function
+// of the sample index).
 #include <limits>
 #include <string>
 
@@ -59,6 +61,30 @@ Status GpuTrainer::Rewind(uint64_t generation, int64_t clock) {
   }
   OSPREY_LOG_WARN("worker {} rewinds from step {} to clock {} (bsp rollback generation {}): {} "
                   "clocks redone", rank_, from, clock, generation, from - clock);
+  return Status::OK();
+}
+
+Status GpuTrainer::AtBoundary(int64_t step) {
+  // RunSegment joined its threads after the steps before `step` were pushed, and every push was
+  // answered: nothing of this loop is in flight.
+  OSPREY_ASSIGN_OR_RETURN(Client* next, boundary_->Pause(step));
+  if (next != exchange_.client()) OSPREY_RETURN_IF_ERROR(SwitchClient(next));
+  // The planner ran ahead of `step` (its plans of later steps were never trained) -- and with a new
+  // map the cache's device memory is new: the row cache starts empty either way.
+  OSPREY_ASSIGN_OR_RETURN(cache_, ShardedRowCache::Make(opt_.cache, opt_.plan_threads));
+  return StartAt(step);
+}
+
+Status GpuTrainer::SwitchClient(Client* next) {
+  const int from = exchange_.num_servers();
+  OSPREY_RETURN_IF_ERROR(exchange_.SetClient(next));
+  OSPREY_RETURN_IF_ERROR(exchange_.InstallCodecs(cpu_model_->dense_tensors(), opt_.encode_on_device));
+  InitBuckets();
+  OSPREY_RETURN_IF_ERROR(InitBuffers());  // the row cache's device memory too (AtBoundary resets its index)
+  OSPREY_RETURN_IF_ERROR(InitEncoder());
+  OSPREY_LOG_INFO("worker {}: the GPU loop goes on with shard map epoch {} ({} -> {} servers); its row "
+                  "cache starts empty{}", rank_, next->shard_map().epoch(), from, exchange_.num_servers(),
+                  exchange_.compressor() != nullptr ? ", the dense compressor's residual at zero" : "");
   return Status::OK();
 }
 

@@ -77,6 +77,11 @@ class GpuTrainer final : public TrainLoop {
   // [step, train.steps) and the reader starts its stream at the step's first sample. A worker of
   // a host group (NCCL) cannot resume alone: Unimplemented.
   Status ResumeAt(int64_t step) override;
+  // A scale step (worker/scale_pause.h): the loop pauses at the step the coordinator names, with
+  // every push answered, and goes on with the new map's client (gpu/gpu_resume.cc). A worker of a
+  // host group does not pause (its NCCL peers would have to switch together): the step is then
+  // abandoned by the coordinator after its timeout, nothing moved.
+  void SetStepBoundary(StepBoundary* boundary) override { boundary_ = boundary; }
 
  private:
   // Run's steps from first_step_ (gpu_trainer.cc), and the bsp rollback between two of them
@@ -85,8 +90,17 @@ class GpuTrainer final : public TrainLoop {
   // before the rollback) and stamps `generation` in every later request.
   Status RunSegment(const std::function<void(const Progress&)>& on_log);
   Status Rewind(uint64_t generation, int64_t clock);
-  // ResumeAt's and Rewind's common part: every loop starts at `step`.
+  // ResumeAt's, Rewind's and AtBoundary's common part: every loop starts at `step`.
   Status StartAt(int64_t step);
+  // The scale step's pause before step `step` (RunSegment ended there, its pushes answered):
+  // blocks in StepBoundary::Pause, switches to the client it returns (SwitchClient), empties the
+  // row cache (the planner had planned steps past `step`) and starts every loop at `step` again.
+  Status AtBoundary(int64_t step);
+  // What depends on the shard map, made again for `next`: the exchange's tables and codecs, the
+  // bucket plan, every buffer sized by the server count (the row cache's device memory too) and
+  // the device encoder.
+  Status SwitchClient(Client* next);
+  Status InitEncoder();  // InitData's device encoder for the exchange's routes
 
   // Adds `seconds` to phase p of the step metrics (each thread its own phases; thread-safe).
   void Count(StepMetrics::Phase p, double seconds) const {
@@ -164,7 +178,9 @@ class GpuTrainer final : public TrainLoop {
   std::thread planner_, comm_thread_, pusher_;
   std::thread pullers_[kMaxPullers];
 
-  int64_t first_step_ = 0;  // ResumeAt, Rewind: the first step every loop runs
+  int64_t first_step_ = 0;  // ResumeAt, Rewind, AtBoundary: the first step every loop runs
+  StepBoundary* boundary_ = nullptr;  // SetStepBoundary; null: never pauses
+  int64_t pause_at_ = -1;             // RunSegment ended for a scale step's pause before this step
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};

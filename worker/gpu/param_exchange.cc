@@ -16,6 +16,13 @@ Status ParamExchange::Init() {
   return Status::OK();
 }
 
+Status ParamExchange::SetClient(Client* next) {
+  client_ = next;
+  device_compressor_.reset();
+  compressor_ = nullptr;
+  return Init();
+}
+
 Status ParamExchange::InstallCodecs(const codec::TensorLayout& dense_layout, bool dense_on_device) {
   const config::TableConfig& dense = job_.tables[job_.TableIndex(job_.model.dense_table)];
   if (dense_on_device && dense.codec.type != "none") {

@@ -57,6 +57,10 @@ class ParamExchange {
   // The dense table's messages, one per server holding chunks (Client::dense_routes).
   const std::vector<DenseRoute>& dense_routes() const { return client_->dense_routes(dense_table_); }
   Client* client() const { return client_; }  // the bsp rollback's state
+  // A scale step's new client (worker/scale_pause.h), with nothing in flight: looks the tables and
+  // the server count up again (Init) and drops the dense compressor; call InstallCodecs next (a
+  // compressor's error-feedback residual starts from zero, as on the CPU worker).
+  Status SetClient(Client* next);
 
   // The pulls of `step`, in flight together: the rows of keys[0, n) into rows (n x dim floats),
   // and the dense parameters into params -- all of them when own_servers is null, else only the
@@ -85,7 +89,7 @@ class ParamExchange {
  private:
   const config::JobConfig& job_;
   const int rank_;
-  Client* const client_;
+  Client* client_;
   uint32_t sparse_table_ = 0, dense_table_ = 0;
   int num_servers_ = 1;
   DenseCompressor* compressor_ = nullptr;  // owned by the client (SetTableCodecs) or by device_compressor_
