@@ -258,14 +258,18 @@ TEST(JobConfigTest, LimitsSectionHasDefaultsAndIsValidated) {
   EXPECT_EQ(job->limits.max_frame_bytes, uint64_t{1} << 30);
   EXPECT_EQ(job->limits.max_keys_per_request, uint64_t{1} << 24);
   EXPECT_EQ(job->limits.max_inflight_per_peer, 4096);
+  EXPECT_EQ(job->limits.max_control_frame_bytes, uint64_t{16} << 20);
   auto set = ParseJobConfig(std::string(kMinimal) + "limits:\n  max_frame_bytes: 1048576\n"
                             "  max_keys_per_request: 1000\n  max_inflight_per_peer: 8\n"
-                            "  max_held_bytes: 65536\n", "test.yaml");
+                            "  max_held_bytes: 65536\n  max_control_frame_bytes: 1048576\n", "test.yaml");
   ASSERT_TRUE(set.ok()) << set.status().ToString();
   EXPECT_EQ(set->limits.max_frame_bytes, 1048576u);
   EXPECT_EQ(set->limits.max_keys_per_request, 1000u);
   EXPECT_EQ(set->limits.max_inflight_per_peer, 8);
   EXPECT_EQ(set->limits.max_held_bytes, 65536u);
+  EXPECT_EQ(set->limits.max_control_frame_bytes, 1048576u);
+  ExpectError(kMinimal, {"limits.max_control_frame_bytes=10"}, "limits.max_control_frame_bytes");
+  ExpectError(kMinimal, {"limits.max_control_frame_bytes=lots"}, "limits.max_control_frame_bytes");
   ExpectError(kMinimal, {"limits.max_inflight_per_peer=0"}, "test.yaml: limits.max_inflight_per_peer");
   ExpectError(kMinimal, {"limits.max_frame_bytes=100"}, "limits.max_frame_bytes");
   ExpectError(kMinimal, {"limits.max_keys=5"}, "limits.max_keys: unknown key");
