@@ -191,11 +191,11 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
     if (sender == nullptr) return Internal("scale: records to move but no sender");
     OSPREY_RETURN_IF_ERROR(sender->SendAll(std::move(batches)));
   }
+  const double send_s = since(send_start);
+  const auto erase_start = SteadyClock::now();
   // Only once every new owner acknowledged its records (and, with the redis store, wrote them to
   // Redis): a failed transfer leaves the rows here. Nothing reads them meanwhile (the workers are
   // paused and this server already answers only for the rows it keeps).
-  const double send_s = since(send_start);
-  const auto erase_start = SteadyClock::now();
   {
     MutexLock work(&work_mu_);
     for (size_t i = 0; i < erase.size(); ++i) {
