@@ -181,12 +181,14 @@ class Server : private Replier {
   // any server count), sending every record it no longer owns (sparse rows, dense chunks, with
   // their optimizer state) through `sender` to its new owner, dropping them here once copied,
   // and taking ownership of the dense chunks it gains (filled by the OP_MIGRATE_ROWS they come
-  // in). Returns what moved. FailedPrecondition before Activate or for a target epoch not after
+  // in); a store that reowns_rows() hands its sparse rows over where they lie instead (the new
+  // owner is only told). Returns what moved. FailedPrecondition before Activate or for a target epoch not after
   // this one; Unimplemented for a table with admission / eviction or a store that cannot change
   // its dense chunks (nothing changed then); the sender's errors (the records were dropped here:
   // the job must then be restored from a checkpoint).
   struct ReshardResult {
-    uint64_t records_sent = 0;
+    uint64_t records_sent = 0;    // every record that moved (sent or handed over)
+    uint64_t records_handed = 0;  // of them: handed over in the store (Store::ReownRows)
     uint64_t records_kept = 0;
   };
   StatusOr<ReshardResult> Reshard(const proto::ShardMap& target, migration::RowSender* sender)

@@ -210,6 +210,22 @@ class Store {
   virtual Status ExportKeys(uint32_t table, const std::function<Status(uint64_t key)>& visit) const {
     return ExportRecords(table, [&](uint64_t key, const float*, size_t) { return visit(key); });
   }
+  // A scale step's sparse rows, for a store whose rows live outside the server (Redis): hands
+  // every row of sparse `table` that `owner(key)` places on a rank other than `self` to that
+  // rank where the rows lie, with no copy through the servers; moved[r] (resized to `ranks`):
+  // the rows rank r got; *kept: the rows that stayed (num_rows after). The new owner then
+  // calls AdoptRows.
+  // Unimplemented by default: the rows are sent (OP_MIGRATE_ROWS) and imported (ImportRecord).
+  virtual bool reowns_rows() const { return false; }
+  virtual Status ReownRows(uint32_t table, int self, int ranks,
+                           const std::function<int(uint64_t key)>& owner,
+                           std::vector<uint64_t>* moved, uint64_t* kept) {
+    return Unimplemented("this store cannot hand rows to another server in place");
+  }
+  // The new owner's side: rows were handed to it in place (num_rows counts them afterwards).
+  virtual Status AdoptRows(uint32_t table) {
+    return Unimplemented("this store cannot take rows handed to it in place");
+  }
   // Overwrites (creating if needed) the record `key` with `floats` floats laid out as exported.
   // InvalidArgument when `floats` is not RecordFloats(table, key) or the chunk is not owned.
   virtual Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) = 0;

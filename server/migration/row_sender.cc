@@ -41,6 +41,7 @@ Status RowSender::Send(uint64_t id, const RowBatch& b) {
   h.set_epoch(b.epoch);
   h.set_version(b.version);
   h.set_num_keys(b.keys.size());
+  h.set_reowned_rows(b.reowned);
   h.set_value_bytes(b.records.size() * sizeof(float));
   Message m;
   m.peer = peers_.at(b.endpoint);

@@ -33,6 +33,7 @@ struct RowBatch {
   uint64_t version = 0;  // the sender's table version
   std::vector<uint64_t> keys;
   std::vector<float> records;  // the keys' records back to back
+  uint64_t reowned = 0;  // no records: this many rows were handed over in the store
 };
 
 class RowSender {

@@ -147,6 +147,24 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
       if (sparse && self < n && n < num_servers_) {
         // A shrink moves only the leaving ranks' keys (jump hash, moved_rows.h): nothing to scan.
         result.records_kept += store_->num_rows(id);
+      } else if (sparse && store_->reowns_rows()) {
+        // The store hands the rows over where they lie: the new owners are only told (below).
+        std::vector<uint64_t> moved;
+        OSPREY_RETURN_IF_ERROR(store_->ReownRows(
+            id, self, n, [&](uint64_t key) { return ServerForKey(id, key, n); }, &moved,
+            &result.records_kept));
+        for (size_t dest = 0; dest < moved.size(); ++dest) {
+          if (moved[dest] == 0) continue;
+          result.records_sent += moved[dest];
+          result.records_handed += moved[dest];
+          migration::RowBatch notice;
+          notice.endpoint = target.server_endpoints(static_cast<int>(dest));
+          notice.table = id;
+          notice.epoch = target.epoch();
+          notice.version = t.version();
+          notice.reowned = moved[dest];
+          batches.push_back(std::move(notice));
+        }
       } else if (sparse && self < n) {
         OSPREY_RETURN_IF_ERROR(SparseOutgoing(store_.get(), id, self, n, &outgoing, &result.records_kept));
       } else {
@@ -204,10 +222,11 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
                                                erase[i].size(), nullptr));
     }
   }
-  OSPREY_LOG_INFO("server {}: resharded to epoch {} ({} servers): {} records sent, {} kept; export "
+  OSPREY_LOG_INFO("server {}: resharded to epoch {} ({} servers): {} records moved ({} of them handed "
+                  "over in the store), {} kept; export "
                   "{:.3f} s, send (the receivers' import included) {:.3f} s, erase {:.3f} s", rank(),
                   target.epoch(), target.server_endpoints_size(), result.records_sent,
-                  result.records_kept, export_s, send_s, since(erase_start));
+                  result.records_handed, result.records_kept, export_s, send_s, since(erase_start));
   return result;
 }
 
@@ -224,6 +243,16 @@ Status Server::ExecuteMigrate(const proto::Header& h, const Message& msg) {
     return InvalidArgument("scale: table id " + std::to_string(h.table()) + " does not exist");
   }
   TableShard& t = *tables_[h.table()];
+  if (h.reowned_rows() != 0) {  // rows handed over in the store (ReownRows): none in the message
+    if (h.num_keys() != 0 || !msg.values.empty() || t.spec().type() != proto::TABLE_SPARSE) {
+      return InvalidArgument("scale: rows handed over in the store come with no records, and "
+                             "only for a sparse table (table '" + t.spec().name() + "', " +
+                             std::to_string(h.num_keys()) + " keys)");
+    }
+    OSPREY_RETURN_IF_ERROR(store_->AdoptRows(h.table()));
+    t.set_version(std::max(t.version(), h.version()));
+    return Status::OK();
+  }
   OSPREY_RETURN_IF_ERROR(ValidateKeys(h, msg, t, rank(), num_servers_));
   const uint64_t* keys = msg.keys.as<uint64_t>();
   size_t want = 0;

@@ -38,6 +38,35 @@ redis.register_function('osprey_del', function(keys, args)
   return redis.call('HDEL', keys[2], unpack(args, 3))
 end)
 
+-- A scale step on one Redis node (redis_store_reown.cc): the rows of fields args[3..] leave the
+-- old owner's bucket (keys[1] its fence, keys[2] its rows) for the new owner's (keys[3]) in
+-- place, under the old owner's fence. Returns how many moved (a field not there is skipped).
+redis.register_function('osprey_move', function(keys, args)
+  local err = fenced(keys[1], args[1], args[2])
+  if err then return redis.error_reply(err) end
+  local vals = redis.call('HMGET', keys[2], unpack(args, 3))
+  local kv = {}
+  for i = 3, #args do
+    local v = vals[i - 2]
+    if v then
+      kv[#kv + 1] = args[i]
+      kv[#kv + 1] = v
+    end
+  end
+  if #kv == 0 then return 0 end
+  redis.call('HSET', keys[3], unpack(kv))
+  redis.call('HDEL', keys[2], unpack(args, 3))
+  return #kv / 2
+end)
+
+-- Its Redis Cluster form (the two buckets are in different slots): the blobs are read under the
+-- old owner's fence, written to the new owner's bucket by the old owner, then deleted (osprey_del).
+redis.register_function('osprey_take', function(keys, args)
+  local err = fenced(keys[1], args[1], args[2])
+  if err then return redis.error_reply(err) end
+  return redis.call('HMGET', keys[2], unpack(args, 3))
+end)
+
 -- merge: redis (redis_merge.cc): one sgd / adagrad step per row, in double, stored as floats.
 -- A row blob is its floats then 32 bytes of update versions (4 u64, newest first).
 redis.register_function('osprey_apply', function(keys, args)

@@ -87,6 +87,14 @@ class RedisStore : public Store {
   Status ExportRecords(uint32_t table, const RecordVisitor& visit) const override;
   // Sparse: HKEYS per bucket plus the cached rows' keys (each once); dense: ExportRecords'.
   Status ExportKeys(uint32_t table, const std::function<Status(uint64_t key)>& visit) const override;
+  // A scale step hands sparse rows over in Redis (redis_store_reown.cc): one node moves them
+  // with the fenced function osprey_move (no row leaves Redis); a Redis Cluster (the two
+  // buckets are in different slots) copies their blobs from bucket to bucket through this
+  // server (osprey_take, HSET, then osprey_del) -- never through the new owner, never decoded.
+  bool reowns_rows() const override { return true; }
+  Status ReownRows(uint32_t table, int self, int ranks, const std::function<int(uint64_t key)>& owner,
+                   std::vector<uint64_t>* moved, uint64_t* kept) override;
+  Status AdoptRows(uint32_t table) override;
   Status ImportRecord(uint32_t table, uint64_t key, const float* data, size_t floats) override;
   size_t RecordFloats(uint32_t table, uint64_t key) const override;
   size_t ChunkFloats(uint32_t table, uint64_t chunk) const override;

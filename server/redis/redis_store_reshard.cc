@@ -1,8 +1,9 @@
-// RedisStore's part of a scale step (osprey scale; server/migration/server_reshard.cc): the old
-// owner of a moved row deletes it from its buckets once the new owner holds it (EraseRows), and a
-// server's dense chunks change (SetOwnedChunks). The moved records themselves travel like the
-// native store's (OP_MIGRATE_ROWS): the new owner imports them and writes them to its own buckets,
-// under its own fence, before the step commits (Server::ExecuteMigrate syncs the table).
+// RedisStore's part of a scale step (osprey scale; server/migration/server_reshard.cc): sparse
+// rows are handed to their new owner in Redis (ReownRows, redis_store_reown.cc); EraseRows
+// deletes rows from this rank's buckets (feature eviction; and a store asked to send its rows
+// instead, where the new owner imported and wrote them first); a server's dense chunks change
+// (SetOwnedChunks): their records travel like the native store's (OP_MIGRATE_ROWS), the new
+// owner imports them and writes them under its own fence before the step commits.
 #include <algorithm>
 #include <string>
 #include <unordered_set>

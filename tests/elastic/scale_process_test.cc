@@ -5,9 +5,10 @@
 // finishes. Rows are conserved exactly: the sum of the servers' final row digests (count and
 // checksum of every row and dense chunk with its optimizer state, logged at exit) equals that of
 // the same job run without scaling -- in bsp both end at the same cut (train.steps clocks).
-// The same with the redis store (a real redis-server started here; merge: server, write_through):
-// the moved rows are deleted from the old owner's buckets and written under the new owner's, so
-// the digests -- read back from Redis at exit -- match too.
+// The same with the redis store (a real redis-server, or a real Redis Cluster, started here;
+// write_through): the moved rows are handed over in Redis -- deleted from the old owner's buckets
+// and written under the new owner's, never sent through the servers -- so the digests, read back
+// from Redis at exit, match too.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -291,18 +292,46 @@ TEST(ScaleProcessTest, GpuWorkersPauseAndGoOnWithTheNewMap) {
 }
 
 #ifdef OSPREY_TEST_REDIS
-// The redis store job scaled 2 -> 3 -> 2 against a real redis-server; `merge` is store.redis.merge.
-void RedisScaleTest(const std::string& merge) {
-  auto redis = osprey::testing::RedisServer::Start();
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
-  const std::vector<std::string> store = {"store.type=redis",
-                                          "store.redis.endpoints=" + (*redis)->endpoint().ToString(),
+// Sum over `log` of the rows its reshard lines say were handed over in Redis.
+long long HandedOver(const std::string& log) {
+  const std::regex re("records moved \\((\\d+) of them handed over in the store\\)");
+  long long n = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it) {
+    n += std::stoll((*it)[1]);
+  }
+  return n;
+}
+
+// The redis store job scaled 2 -> 3 -> 2 against a real redis-server (or, `cluster`, a real
+// 3-master Redis Cluster); `merge` is store.redis.merge.
+void RedisScaleTest(const std::string& merge, bool cluster = false) {
+  std::unique_ptr<osprey::testing::RedisServer> node;
+  std::unique_ptr<osprey::testing::RedisTestCluster> nodes;
+  std::vector<osprey::redis::Endpoint> endpoints;
+  if (cluster) {
+    auto c = osprey::testing::RedisTestCluster::Start(3);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    nodes = std::move(c).value();
+    endpoints = nodes->endpoints();
+  } else {
+    auto n = osprey::testing::RedisServer::Start();
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    node = std::move(n).value();
+    endpoints = {node->endpoint()};
+  }
+  std::string list;
+  for (const auto& e : endpoints) list += (list.empty() ? "" : ",") + e.ToString();
+  const std::vector<std::string> store = {"store.type=redis", "store.redis.endpoints=" + list,
+                                          std::string("store.redis.cluster=") + (cluster ? "true" : "false"),
                                           "store.redis.write_policy=write_through",
                                           "store.redis.merge=" + merge};
   std::vector<std::string> scaled = store, unscaled = store;
   scaled.push_back("store.redis.key_prefix=scaled");
   unscaled.push_back("store.redis.key_prefix=unscaled");
-  auto admin = (*redis)->Admin();
+  osprey::redis::RedisOptions o;
+  o.seeds = endpoints;
+  o.cluster = cluster;
+  auto admin = osprey::redis::RedisClient::Connect(o);
   ASSERT_TRUE(admin.ok()) << admin.status().ToString();
   // The sparse table's row keys in Redis under server rank r (row_layout.h).
   auto keys_of = [&](int r) {
@@ -321,7 +350,8 @@ void RedisScaleTest(const std::string& merge) {
   };
   // Moved rows are written under their new owner and deleted under the old one: rank 2 holds rows
   // while it serves and none once it left; no row is under two ranks.
-  ScaleAndCompare("redis-" + merge, scaled, unscaled, [&](int servers, const Job&) {
+  ScaleAndCompare("redis-" + merge + (cluster ? "-cluster" : ""), scaled, unscaled,
+                  [&](int servers, const Job& job) {
     const std::set<std::string> r0 = keys_of(0), r1 = keys_of(1), r2 = keys_of(2);
     std::printf("redis rows after %s: rank 0 %zu, rank 1 %zu, rank 2 %zu\n",
                 servers ? ("the step to " + std::to_string(servers) + " servers").c_str() : "the job",
@@ -335,6 +365,12 @@ void RedisScaleTest(const std::string& merge) {
       for (const std::string& k : *other) EXPECT_EQ(r0.count(k), 0u) << "row " << k << " under two ranks";
     }
     for (const std::string& k : r2) EXPECT_EQ(r1.count(k), 0u) << "row " << k << " under two ranks";
+    // The sparse rows were handed over in Redis, not sent through the servers.
+    if (servers != 0) {
+      long long handed = 0;
+      for (const char* s : {"server-0", "server-1", "server-2"}) handed += HandedOver(ReadFile(job.log(s)));
+      EXPECT_GT(handed, 0) << "no row was handed over in Redis";
+    }
   });
 }
 
@@ -343,6 +379,12 @@ TEST(ScaleProcessTest, RedisStoreTwoToThreeToTwoServersConservesEveryRow) { Redi
 // merge: redis -- the optimizer step runs in Redis (osprey_apply) and the servers cache no rows:
 // the moved rows are read from and written to Redis the same way.
 TEST(ScaleProcessTest, RedisMergeStoreTwoToThreeToTwoServersConservesEveryRow) { RedisScaleTest("redis"); }
+
+// A Redis Cluster: a row's old and new buckets are in different slots, so the old owner copies
+// their blobs from bucket to bucket itself (never through the new owner).
+TEST(ScaleProcessTest, RedisClusterStoreTwoToThreeToTwoServersConservesEveryRow) {
+  RedisScaleTest("server", /*cluster=*/true);
+}
 #endif
 
 }  // namespace
