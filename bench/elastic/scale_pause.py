@@ -6,7 +6,7 @@ configs/bsp.yaml with large batches of nearly uniform ids over 26 x --cardinalit
 servers hold about a million rows after --warmup seconds), then per run: starts a third server with --join, `osprey scale --servers 3`, and
 `osprey scale --servers 2`. Reports per step, median of --runs runs:
   records   rows + dense chunks the servers held when the step began (their reshard log lines)
-  moved     records sent server to server
+  moved     records moved: sent server to server, or (redis, sparse rows) handed over in Redis
   pause     coordinator: first worker paused -> new map committed (what `osprey scale` prints)
   transfer  coordinator: transfer begun -> every old server done
   worker    the slowest worker's own pause (from its pause request to its new client), which adds
@@ -109,7 +109,7 @@ def run_once(args, work, store_sets=()):
             records = 0
             for s in range(3):
                 for sent, kept in latest(os.path.join(work, "server-%d.log" % s),
-                                         r"resharded to epoch %d .*: (\d+) records sent, (\d+) kept" % epoch):
+                                         r"resharded to epoch %d .*: (\d+) records moved .*?, (\d+) kept" % epoch):
                     records += int(sent) + int(kept)
             worker = 0.0
             for w in range(2):
