@@ -165,7 +165,9 @@ double WithKills(const std::string& config, const std::string& dir) {
   return Auc(job.log("worker-0"));
 }
 
-void RunKillTest(const std::string& config, const std::string& name) {
+// `auc_tolerance`: how far the AUC with kills may be from the undisturbed run's (the issue: 0.003
+// for the native store; for redis "within noise", see its test).
+void RunKillTest(const std::string& config, const std::string& name, double auc_tolerance = 0.003) {
   const bool redis = !g_store_sets.empty();
   if (redis) g_store_sets.push_back("store.redis.key_prefix=osprey-base");  // two runs, one Redis
   const double base = Undisturbed(config, ::testing::TempDir() + "/osprey-failover-" + name + "-base");
@@ -173,7 +175,7 @@ void RunKillTest(const std::string& config, const std::string& name) {
   ASSERT_GT(base, 0.5) << "the undisturbed run did not learn";
   const double killed = WithKills(config, ::testing::TempDir() + "/osprey-failover-" + name + "-kill");
   std::printf("%s: AUC undisturbed %.4f, with %d server kills %.4f\n", name.c_str(), base, kKills, killed);
-  EXPECT_NEAR(killed, base, 0.003);
+  EXPECT_NEAR(killed, base, auc_tolerance);
 }
 
 TEST(ServerFailoverProcessTest, AsyncNativeSurvivesThreeServerKills) { RunKillTest("async.yaml", "async"); }
@@ -209,7 +211,10 @@ TEST(ServerFailoverProcessTest, RedisWriteThroughSurvivesThreeServerKills) {
                   "store.redis.write_policy=write_through",
                   // Every acknowledged push applied: none dropped as stale (drop_above answers OK).
                   "tables.embeddings.consistency.drop_above=-1", "tables.mlp.consistency.drop_above=-1"};
-  RunKillTest("async.yaml", "redis");
+  // The exact promise is the counters' equality above; the AUC is "within noise". Noise here: the
+  // undisturbed async redis run alone gave 0.7793, 0.7805 and 0.7826 in three runs (a CI run
+  // failed at 0.003 with 0.7793 vs 0.7828 killed, every acknowledged push applied once).
+  RunKillTest("async.yaml", "redis", 0.005);
   g_store_sets.clear();
   g_redis_applied = nullptr;
 }
