@@ -196,6 +196,8 @@ class Server : private Replier {
   // Count and checksum of every record this server holds (migration/rows_digest.h; also what
   // OP_ROWS_DIGEST answers). Errors: the store's.
   StatusOr<migration::RowsDigest> Digest() const EXCLUDES(work_mu_);
+  // Store::FlushAll: at exit, so that the final digest counts every row (write_back).
+  Status FlushStore() EXCLUDES(work_mu_);
 
  private:
   // A validated data request: its table and, for pushes, the values as fp32.

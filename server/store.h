@@ -137,6 +137,10 @@ class Store {
 
   // Ends a merge window's writes to `table` (see the file comment). NativeStore: OK at once.
   virtual Status Sync(uint32_t table) { return Status::OK(); }
+  // Writes now whatever the store holds unwritten in every table (a write-back store's dirty
+  // rows); a no-op for a store that holds nothing unwritten. The server calls it at exit, before
+  // its final rows digest.
+  virtual Status FlushAll() { return Status::OK(); }
   // Whether a push may be acknowledged only once its window is applied and synced (kOnApply in
   // table_shard.h: a write_through store) rather than once merged (the default).
   virtual bool acks_after_apply() const { return false; }

@@ -111,10 +111,17 @@ def run_once(args, work, store_sets=()):
                 for sent, kept in latest(os.path.join(work, "server-%d.log" % s),
                                          r"resharded to epoch %d .*: (\d+) records moved .*?, (\d+) kept" % epoch):
                     records += int(sent) + int(kept)
+            # A worker logs its pause when it hears of the commit (its next heartbeat), which may
+            # be after `osprey scale` returned: wait for both lines (up to 10 s).
             worker = 0.0
+            deadline = time.time() + 10
             for w in range(2):
-                got = latest(os.path.join(work, "worker-%d.log" % w),
-                             r"shard map epoch %d .* paused ([0-9.]+) s" % epoch)
+                got = []
+                while not got and time.time() < deadline:
+                    got = latest(os.path.join(work, "worker-%d.log" % w),
+                                 r"shard map epoch %d .* paused ([0-9.]+) s" % epoch)
+                    if not got:
+                        time.sleep(0.05)
                 if got:
                     worker = max(worker, float(got[-1]))
             out[step] = dict(records=records, moved=int(m.group(2)), pause=float(m.group(3)),

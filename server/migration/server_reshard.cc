@@ -18,35 +18,23 @@ namespace {
 
 constexpr size_t kRecordsPerMessage = 65536;
 
-// Cuts the records of `keys` (sent to `endpoint`) into messages; `fill` appends a key's record.
-template <typename Fill>
-Status AddBatches(const std::string& endpoint, uint32_t table, uint64_t epoch, uint64_t version,
-                  const std::vector<uint64_t>& keys, Fill&& fill,
-                  std::vector<migration::RowBatch>* out) {
-  for (size_t begin = 0; begin < keys.size(); begin += kRecordsPerMessage) {
-    migration::RowBatch b;
-    b.endpoint = endpoint;
-    b.table = table;
-    b.epoch = epoch;
-    b.version = version;
-    const size_t end = std::min(keys.size(), begin + kRecordsPerMessage);
-    b.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(begin),
-                  keys.begin() + static_cast<std::ptrdiff_t>(end));
-    OSPREY_RETURN_IF_ERROR(fill(b.keys, &b.records));
-    out->push_back(std::move(b));
-  }
-  return Status::OK();
-}
-
-// The records one server sends to one destination: keys and their records, back to back.
+// The records one server sends to one destination, cut into messages as they are copied out
+// (each record copied once): keys and their records back to back, kRecordsPerMessage a message.
 struct Outgoing {
-  std::vector<uint64_t> keys;
-  std::vector<float> records;
-  std::vector<size_t> starts;  // each record's offset in `records` (a dense last chunk is short)
-  void Add(uint64_t key, const float* d, size_t f) {
-    keys.push_back(key);
-    starts.push_back(records.size());
-    records.insert(records.end(), d, d + f);
+  std::vector<migration::RowBatch> batches;
+  size_t records = 0;
+  // `expected`: the records still to come, to size a new message's buffer (0: unknown).
+  void Add(uint64_t key, const float* d, size_t f, size_t expected = 0) {
+    if (batches.empty() || batches.back().keys.size() == kRecordsPerMessage) {
+      batches.emplace_back();
+      const size_t n = std::min(kRecordsPerMessage, expected);
+      batches.back().keys.reserve(n);
+      batches.back().records.reserve(n * f);
+    }
+    migration::RowBatch& b = batches.back();
+    b.keys.push_back(key);
+    b.records.insert(b.records.end(), d, d + f);
+    ++records;
   }
 };
 
@@ -68,12 +56,11 @@ Status SparseOutgoing(Store* store, uint32_t table, int self, int n, std::vector
     const std::vector<uint64_t>& moved = plan.by_dest[d];
     if (moved.empty()) continue;
     Outgoing& o = (*out)[d];
-    o.records.reserve(moved.size() * f);
     OSPREY_RETURN_IF_ERROR(store->VisitRows(table, moved.data(), moved.size(), RowAccess::kRead,
                                             [&](const RowBlock& b) -> Status {
       for (size_t r = 0; r < b.n; ++r) {
         if (b.rows[r] == nullptr) return Internal("scale: an exported row vanished");
-        o.Add(moved[b.begin + r], b.rows[r], f);
+        o.Add(moved[b.begin + r], b.rows[r], f, moved.size() - (b.begin + r));
       }
       return Status::OK();
     }));
@@ -171,22 +158,15 @@ StatusOr<Server::ReshardResult> Server::Reshard(const proto::ShardMap& target,
         OSPREY_RETURN_IF_ERROR(ExportOutgoing(store_.get(), id, sparse, self, n, &outgoing, &result.records_kept));
       }
       for (size_t dest = 0; dest < outgoing.size(); ++dest) {
-        Outgoing& o = outgoing[dest];
-        if (o.keys.empty()) continue;
-        result.records_sent += o.keys.size();
-        size_t next = 0;  // AddBatches asks for the records in key order, batch after batch
-        auto fill = [&](const std::vector<uint64_t>& ks, std::vector<float>* out) -> Status {
-          const size_t end = next + ks.size();
-          const size_t to = end < o.starts.size() ? o.starts[end] : o.records.size();
-          out->insert(out->end(), o.records.begin() + static_cast<std::ptrdiff_t>(o.starts[next]),
-                      o.records.begin() + static_cast<std::ptrdiff_t>(to));
-          next = end;
-          return Status::OK();
-        };
-        OSPREY_RETURN_IF_ERROR(AddBatches(target.server_endpoints(static_cast<int>(dest)), id,
-                                          target.epoch(), t.version(), o.keys, fill, &batches));
-        if (sparse) erase[i].insert(erase[i].end(), o.keys.begin(), o.keys.end());
-        o = Outgoing();  // the batches hold the copy now
+        result.records_sent += outgoing[dest].records;
+        for (migration::RowBatch& b : outgoing[dest].batches) {
+          b.endpoint = target.server_endpoints(static_cast<int>(dest));
+          b.table = id;
+          b.epoch = target.epoch();
+          b.version = t.version();
+          if (sparse) erase[i].insert(erase[i].end(), b.keys.begin(), b.keys.end());
+          batches.push_back(std::move(b));
+        }
       }
       if (!sparse) {
         owned[i] = self < n ? migration::OwnedChunks(id, t.num_chunks(), self, n)
@@ -271,6 +251,11 @@ Status Server::ExecuteMigrate(const proto::Header& h, const Message& msg) {
   t.set_version(std::max(t.version(), h.version()));
   // Durable before the reply (redis write_through: the old owner deletes its copy after it).
   return store_->Sync(h.table());
+}
+
+Status Server::FlushStore() {
+  MutexLock work(&work_mu_);
+  return store_->FlushAll();
 }
 
 StatusOr<migration::RowsDigest> Server::Digest() const {

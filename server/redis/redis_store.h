@@ -105,7 +105,7 @@ class RedisStore : public Store {
   uint64_t cached_rows(uint32_t table) const;
 
   // Writes every dirty row and chunk of every table now (write_back: what Stop does).
-  Status FlushAll();
+  Status FlushAll() override;
   // Dirty rows and chunks not yet in Redis (write_back: what a crash now would lose).
   uint64_t unflushed_rows() const override;
   // Rows and chunks written to Redis since Connect (Sync, the flusher, FlushAll).

@@ -6,9 +6,9 @@
 // checksum of every row and dense chunk with its optimizer state, logged at exit) equals that of
 // the same job run without scaling -- in bsp both end at the same cut (train.steps clocks).
 // The same with the redis store (a real redis-server, or a real Redis Cluster, started here;
-// write_through): the moved rows are handed over in Redis -- deleted from the old owner's buckets
-// and written under the new owner's, never sent through the servers -- so the digests, read back
-// from Redis at exit, match too.
+// write_through, and write_back): the moved rows are handed over in Redis -- deleted from the old
+// owner's buckets and written under the new owner's, never sent through the servers -- so the
+// digests, read back from Redis at exit, match too.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -303,8 +303,9 @@ long long HandedOver(const std::string& log) {
 }
 
 // The redis store job scaled 2 -> 3 -> 2 against a real redis-server (or, `cluster`, a real
-// 3-master Redis Cluster); `merge` is store.redis.merge.
-void RedisScaleTest(const std::string& merge, bool cluster = false) {
+// 3-master Redis Cluster); `merge` is store.redis.merge, `policy` store.redis.write_policy.
+void RedisScaleTest(const std::string& merge, bool cluster = false,
+                    const std::string& policy = "write_through") {
   std::unique_ptr<osprey::testing::RedisServer> node;
   std::unique_ptr<osprey::testing::RedisTestCluster> nodes;
   std::vector<osprey::redis::Endpoint> endpoints;
@@ -323,7 +324,7 @@ void RedisScaleTest(const std::string& merge, bool cluster = false) {
   for (const auto& e : endpoints) list += (list.empty() ? "" : ",") + e.ToString();
   const std::vector<std::string> store = {"store.type=redis", "store.redis.endpoints=" + list,
                                           std::string("store.redis.cluster=") + (cluster ? "true" : "false"),
-                                          "store.redis.write_policy=write_through",
+                                          "store.redis.write_policy=" + policy,
                                           "store.redis.merge=" + merge};
   std::vector<std::string> scaled = store, unscaled = store;
   scaled.push_back("store.redis.key_prefix=scaled");
@@ -350,7 +351,7 @@ void RedisScaleTest(const std::string& merge, bool cluster = false) {
   };
   // Moved rows are written under their new owner and deleted under the old one: rank 2 holds rows
   // while it serves and none once it left; no row is under two ranks.
-  ScaleAndCompare("redis-" + merge + (cluster ? "-cluster" : ""), scaled, unscaled,
+  ScaleAndCompare("redis-" + merge + (cluster ? "-cluster-" : "-") + policy, scaled, unscaled,
                   [&](int servers, const Job& job) {
     const std::set<std::string> r0 = keys_of(0), r1 = keys_of(1), r2 = keys_of(2);
     std::printf("redis rows after %s: rank 0 %zu, rank 1 %zu, rank 2 %zu\n",
@@ -384,6 +385,12 @@ TEST(ScaleProcessTest, RedisMergeStoreTwoToThreeToTwoServersConservesEveryRow) {
 // their blobs from bucket to bucket itself (never through the new owner).
 TEST(ScaleProcessTest, RedisClusterStoreTwoToThreeToTwoServersConservesEveryRow) {
   RedisScaleTest("server", /*cluster=*/true);
+}
+
+// write_back: the flusher thread runs through the step; the old owner writes the moving rows
+// still dirty (or only pulled) before it hands them over.
+TEST(ScaleProcessTest, RedisWriteBackStoreTwoToThreeToTwoServersConservesEveryRow) {
+  RedisScaleTest("server", /*cluster=*/false, "write_back");
 }
 #endif
 
