@@ -123,7 +123,8 @@ class RedisStore : public Store {
   // absent ones when `create`.
   Status Fetch(Table* t, const uint64_t* keys, size_t n, bool create) REQUIRES(mu_);
   // Writes the dirty rows / chunks of `t` with `client`; `mu_` is held only to copy them.
-  Status Flush(uint32_t table, redis::RedisClient* client) EXCLUDES(mu_);
+  Status Flush(uint32_t table, redis::RedisClient* client) EXCLUDES(mu_, flush_mu_);
+  Status FlushLocked(uint32_t table, redis::RedisClient* client) REQUIRES(flush_mu_) EXCLUDES(mu_);
   // Sends `rows` (moved from) with the marks of `staged`; *marked: the marks' own outcome.
   Status ExecuteWithMarks(std::vector<redis::Command>* rows, const std::vector<PushMark>& staged,
                           redis::RedisClient* client, std::vector<redis::Reply>* replies,

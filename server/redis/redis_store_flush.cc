@@ -35,6 +35,10 @@ void RedisStore::FlusherLoop() {
 
 Status RedisStore::Flush(uint32_t table, redis::RedisClient* client) {
   MutexLock flushing(&flush_mu_);
+  return FlushLocked(table, client);
+}
+
+Status RedisStore::FlushLocked(uint32_t table, redis::RedisClient* client) {
   std::vector<Command> cmds;
   // Per command: the (key, generation) of its rows (sparse) or its chunk (dense).
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> what;

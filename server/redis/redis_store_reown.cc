@@ -38,6 +38,9 @@ Status RedisStore::ReownRows(uint32_t table, int self, int ranks,
                              std::vector<uint64_t>* moved, uint64_t* kept) {
   moved->assign(static_cast<size_t>(ranks), 0);
   *kept = 0;
+  // No flush from the listing to the end: one running meanwhile (write_back's flusher) could
+  // write a row the listing missed and evict it from the cache, and the row would stay behind.
+  MutexLock flushing(&flush_mu_);
   std::vector<Command> hkeys;
   for (uint32_t b = 0; b < redis_store::kBuckets; ++b) {
     hkeys.push_back(Command{{"HKEYS", layout_->Rows(table, b)}});
@@ -82,9 +85,7 @@ Status RedisStore::ReownRows(uint32_t table, int self, int ranks,
       OSPREY_RETURN_IF_ERROR(place(key, redis_store::Layout::Field(key)));
     }
   }
-  OSPREY_RETURN_IF_ERROR(Flush(table, client_.get()));  // every moving row is in Redis now
-
-  MutexLock flushing(&flush_mu_);  // no flush of a moving row from here on
+  OSPREY_RETURN_IF_ERROR(FlushLocked(table, client_.get()));  // every moving row is in Redis now
   std::vector<Moving> work;
   {
     MutexLock l(&mu_);
