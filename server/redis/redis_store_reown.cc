@@ -7,8 +7,9 @@
 //      osprey_move per (bucket, new owner, kRowsPerCall rows) on one node, atomic per call; on
 //      a Redis Cluster, osprey_take (the fenced read), HSET into the new bucket, then osprey_del
 //      (a failure in between leaves a row in both buckets, never in none).
-// The new owner recounts its rows (AdoptRows) when the old owner tells it (OP_MIGRATE_ROWS with
-// reowned_rows): every row is found in its buckets from then on.
+// All of it under flush_mu_: no flush (write_back's flusher) writes and evicts a row between the
+// listing and the move. The new owner recounts its rows (AdoptRows) when the old owner tells it
+// (OP_MIGRATE_ROWS with reowned_rows): every row is found in its buckets from then on.
 #include <string>
 #include <unordered_set>
 #include <vector>
