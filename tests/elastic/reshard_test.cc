@@ -180,5 +180,29 @@ TEST_F(ReshardTest, RefusesAStaleEpochAndRecordsOfAnotherEpoch) {
   EXPECT_NE(st.message().find(endpoints_[1]), std::string::npos) << st.ToString();
 }
 
+// A notice of rows handed over in the store (reowned_rows) carries no records, and a store that
+// cannot take rows in place (native) refuses it: each a clear error, the receiver unchanged.
+TEST_F(ReshardTest, RefusesMalformedOrUnsupportedHandOverNotices) {
+  const proto::ShardMap two = MapOf({endpoints_[0], endpoints_[1]}, 4);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(servers_[i]->Activate(i, two, Tables()).ok());
+  const uint64_t rows_before = servers_[1]->Digest()->rows;
+  server::migration::RowSender sender(std::make_unique<ZmqTransport>(TransportOptions{}), 2000);
+  server::migration::RowBatch b;
+  b.endpoint = endpoints_[1];
+  b.epoch = 4;
+  b.reowned = 5;
+  b.keys = {1};
+  b.records.assign(8, 1.0f);
+  Status st = sender.SendAll({b});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("come with no records"), std::string::npos) << st.ToString();
+  b.keys.clear();
+  b.records.clear();
+  st = sender.SendAll({b});
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
+  EXPECT_NE(st.message().find("in place"), std::string::npos) << st.ToString();
+  EXPECT_EQ(servers_[1]->Digest()->rows, rows_before);
+}
+
 }  // namespace
 }  // namespace osprey
