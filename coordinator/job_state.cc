@@ -281,6 +281,7 @@ void JobState::OnHeartbeat(const ReplyAddress& from, const proto::Heartbeat& hb,
   node->compression_warning = hb.compression_warning();
   node->step_seconds = hb.step_seconds();
   node->density = hb.density();
+  node->barrier_exempt = hb.barrier_exempt();
   ++node->heartbeats;
   if (hb.role() == proto::ROLE_SERVER) OnRollbackAck(*node, hb, now, out);
   if (shutting_down_) node->told = true;
@@ -544,9 +545,11 @@ proto::ClusterState JobState::Snapshot() const {
       ns->set_compression_warning(n.compression_warning);
       ns->set_step_seconds(n.step_seconds);
       ns->set_density(n.density);
+      ns->set_barrier_exempt(n.barrier_exempt);
     }
   }
   s.set_median_step_seconds(MedianStepSeconds());
+  s.set_barrier_clock(BarrierClock());
   s.set_shutting_down(shutting_down_);
   for (const auto& [rank, report] : reports_) *s.add_reports() = report;
   for (const auto& [rank, report] : server_reports_) *s.add_server_reports() = report;

@@ -147,6 +147,7 @@ class JobState {
     std::string compression_warning;  // workers: from the latest heartbeat
     double step_seconds = 0;          // workers: Heartbeat.step_seconds (job_state_steptime.cc)
     double density = 0;               // workers: Heartbeat.density
+    bool barrier_exempt = false;      // workers: Heartbeat.barrier_exempt (job_state_steptime.cc)
     bool reported = false;  // workers: WorkerReport; servers: ServerReport
     bool sends_report = false;  // servers: promised a ServerReport at registration
     bool told = false;  // got a reply carrying shutting_down (or its registration was refused)
@@ -161,6 +162,9 @@ class JobState {
   // Median of the live workers' step_seconds (> 0 only); 0 with fewer than two of them
   // (job_state_steptime.cc).
   double MedianStepSeconds() const;
+  // ClusterState.barrier_clock: the smallest clock of the live workers holding the step barrier
+  // when some live worker left it (Heartbeat.barrier_exempt); -1 when none did, or all did.
+  int64_t BarrierClock() const;
 
   std::vector<Node>& NodesOf(proto::Role role);
   int CountOf(proto::Role role) const;

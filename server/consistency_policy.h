@@ -53,6 +53,10 @@ class WorkerClocks {
   // is none. Until SetLive, every worker seen is live.
   int64_t Slowest() const;
   void SetLive(const std::vector<int>& ranks);
+  // Whether `worker` is one the barrier waits for: live (SetLive), or any worker until SetLive.
+  bool Holds(int worker) const {
+    return !live_known_ || std::find(live_.begin(), live_.end(), worker) != live_.end();
+  }
   bool any() const { return !progress_.empty(); }
   // bsp rollback: progress[worker] = min(progress, clock) for every worker.
   void RewindTo(int64_t clock) {

@@ -110,8 +110,9 @@ class Server : private Replier {
   Status Activate(int rank, const proto::ShardMap& map,
                   const std::vector<config::TableConfig>& tables) EXCLUDES(mu_, work_mu_);
 
-  // The ranks of the live workers (from the coordinator's ClusterState). bsp windows and ssp
-  // bounds count only these, so a dead worker no longer holds the others. Until the first call
+  // The ranks of the live workers that hold the step barrier (WorkersHoldingBarrier of the
+  // coordinator's ClusterState, barrier_workers.h). bsp windows and ssp bounds count only these,
+  // so a dead worker, or one that left the barrier, no longer holds the others. Until the first call
   // every worker that sent a request counts. May be called before Activate.
   void SetLiveWorkers(std::vector<int> ranks) EXCLUDES(work_mu_);
 

@@ -24,6 +24,7 @@
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
 #include "coordinator/coordinator_client.h"
+#include "server/barrier_workers.h"
 #include "server/redis/job_store.h"
 #include "server/rollback_runner.h"
 #include "server/scale_agent.h"
@@ -128,12 +129,9 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
     if (st.shutting_down()) finished->store(true);
     rollback->Request(st);  // bsp rollback: reload the cut the coordinator names
     agent->OnState(st);  // a scale step: move this server's rows (scale_agent.h)
-    // bsp windows and ssp bounds wait only for live workers: a dead one releases them.
-    std::vector<int> live;
-    for (const proto::NodeState& n : st.nodes()) {
-      if (n.role() == proto::ROLE_WORKER && n.alive()) live.push_back(n.rank());
-    }
-    if (!st.nodes().empty()) srv->SetLiveWorkers(std::move(live));
+    // bsp windows and ssp bounds wait only for live workers that hold the barrier: a dead one,
+    // or one that left it (adaptive_ratio.async_barrier), releases them.
+    if (!st.nodes().empty()) srv->SetLiveWorkers(server::WorkersHoldingBarrier(st));
   };
   hb.on_lost = [lost](const Status& why) {
     OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());

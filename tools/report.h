@@ -117,6 +117,8 @@ struct JobReport {
     bool cheap_select = false;
     double step_seconds = 0, median_step_seconds = 0;  // the last the controller compared
     double samples_per_sec = 0;                        // this worker's samples / train_seconds
+    // async_barrier: times it left the step barrier, steps trained outside it, clocks skipped.
+    uint64_t barrier_exits = 0, steps_outside_barrier = 0, clocks_skipped = 0;
   };
   std::vector<AdaptiveWorker> adaptive;
 };

@@ -33,6 +33,9 @@ std::vector<JobReport::AdaptiveWorker> AdaptiveWorkers(const proto::ClusterState
     a.step_seconds = w.adaptive_step_seconds();
     a.median_step_seconds = w.adaptive_median_step_seconds();
     a.samples_per_sec = w.train_seconds() > 0 ? static_cast<double>(w.samples()) / w.train_seconds() : 0;
+    a.barrier_exits = w.adaptive_barrier_exits();
+    a.steps_outside_barrier = w.adaptive_steps_outside_barrier();
+    a.clocks_skipped = w.adaptive_clocks_skipped();
     out.push_back(a);
   }
   std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.rank < y.rank; });
@@ -45,11 +48,19 @@ std::string AdaptiveText(const JobReport& r) {
     char buf[256];
     std::snprintf(buf, sizeof(buf),
                   "  adaptive ratio    worker %d: density %.4g (range %.4g-%.4g, %llu changes%s), step %.1f ms "
-                  "vs median %.1f ms, %.0f samples/s\n",
+                  "vs median %.1f ms, %.0f samples/s",
                   a.rank, a.final_density, a.min_density, a.max_density, static_cast<unsigned long long>(a.changes),
                   a.cheap_select ? ", sampled selection" : "", 1e3 * a.step_seconds, 1e3 * a.median_step_seconds,
                   a.samples_per_sec);
     out += buf;
+    if (a.barrier_exits > 0) {
+      std::snprintf(buf, sizeof(buf), ", left the barrier %llux: %llu steps outside it, %llu clocks skipped",
+                    static_cast<unsigned long long>(a.barrier_exits),
+                    static_cast<unsigned long long>(a.steps_outside_barrier),
+                    static_cast<unsigned long long>(a.clocks_skipped));
+      out += buf;
+    }
+    out += "\n";
   }
   return out;
 }
@@ -63,7 +74,10 @@ std::string AdaptiveJson(const JobReport& r) {
              ", \"cheap_select\": " + (a.cheap_select ? "true" : "false") +
              ", \"step_seconds\": " + Number(a.step_seconds) +
              ", \"median_step_seconds\": " + Number(a.median_step_seconds) +
-             ", \"samples_per_sec\": " + Number(a.samples_per_sec) + "}";
+             ", \"samples_per_sec\": " + Number(a.samples_per_sec) +
+             ", \"barrier_exits\": " + std::to_string(a.barrier_exits) +
+             ", \"steps_outside_barrier\": " + std::to_string(a.steps_outside_barrier) +
+             ", \"clocks_skipped\": " + std::to_string(a.clocks_skipped) + "}";
   }
   return ", \"adaptive_ratio\": [" + items + "]";
 }

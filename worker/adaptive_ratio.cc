@@ -28,14 +28,30 @@ bool AdaptiveRatio::Update(const StepSample& s) {
   if (last_move_ >= 0 && s.step - last_move_ < static_cast<int64_t>(config_.interval_steps)) return false;
   const double ratio = s.own_seconds / s.median_seconds;
   if (ratio > 1.0 + config_.margin) {
-    if (s.push_seconds >= s.encode_seconds) return Move(density_ / config_.factor, s.step);
-    if (can_cheapen_ && !cheap_select_) {
+    bool moved;
+    if (s.push_seconds >= s.encode_seconds) {
+      moved = Move(density_ / config_.factor, s.step);
+    } else if (can_cheapen_ && !cheap_select_) {
       cheap_select_ = true;
       ++changes_;
       last_move_ = s.step;
-      return true;
+      moved = true;
+    } else {
+      moved = Move(density_ * config_.factor, s.step);
     }
-    return Move(density_ * config_.factor, s.step);
+    // Still slow with nothing left to move: with async_barrier, stop holding the others.
+    if (!moved && config_.async_barrier && !barrier_exempt_) {
+      barrier_exempt_ = true;
+      ++barrier_exits_;
+      last_move_ = s.step;
+    }
+    return moved;
+  }
+  if (barrier_exempt_) {
+    // Not slow any more: back behind the barrier first; the density relaxes from the next move.
+    barrier_exempt_ = false;
+    last_move_ = s.step;
+    return false;
   }
   if (ratio < 1.0 - config_.margin && density_ != base_) {
     // Clearly faster than the median: one step back toward the configured density, never past it.

@@ -15,6 +15,12 @@
 // every `interval_steps` steps so its step time settles on the new density first. Without a
 // median (fewer than two workers reporting) it holds.
 //
+// async_barrier: a worker that is still slower than the band after moving as far as its bounds
+// allow (or could not move at all) leaves the step barrier: barrier_exempt() turns true, its
+// heartbeats say so, the servers stop waiting for it and it skips ahead to the clock of the
+// workers holding the barrier (Trainer::SkipToBarrier). Once its step time is back within the
+// band it rejoins (barrier_exempt() false) before the density relaxes.
+//
 // The density is the post-schedule density: the compressor scales the schedule's density at each
 // step by density() / config.density (DenseCompressor::SetAdaptive), so a warm-up keeps its
 // shape and the controller only moves its end point.
@@ -52,6 +58,9 @@ class AdaptiveRatio {
   double min_reached() const { return min_reached_; }
   double max_reached() const { return max_reached_; }
   uint64_t changes() const { return changes_; }
+  // async_barrier: whether this worker has left the step barrier (see above), and how often it did.
+  bool barrier_exempt() const { return barrier_exempt_; }
+  uint64_t barrier_exits() const { return barrier_exits_; }
 
  private:
   bool Move(double density, int64_t step);
@@ -64,7 +73,9 @@ class AdaptiveRatio {
   double min_reached_;
   double max_reached_;
   uint64_t changes_ = 0;
-  int64_t last_move_ = -1;     // step of the last move; -1: none yet
+  int64_t last_move_ = -1;     // step of the last move (or barrier exit / return); -1: none yet
+  bool barrier_exempt_ = false;
+  uint64_t barrier_exits_ = 0;
 };
 
 }  // namespace osprey::worker

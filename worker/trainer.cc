@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/logging.h"
 #include "worker/data/criteo.h"
 #include "worker/data/metrics.h"
 #include "worker/data/synthetic.h"
@@ -207,7 +208,15 @@ void Trainer::AfterStep(const StepTimes& before, double encode_before, double wa
   sample.push_seconds = step_push_seconds_.load();
   sample.encode_seconds = step_encode_seconds_.load();
   sample.median_seconds = median_step_seconds_.load();
-  if (!adaptive_->Update(sample)) return;
+  if (barrier_exempt_.load()) ++steps_outside_barrier_;
+  const bool moved = adaptive_->Update(sample);
+  if (adaptive_->barrier_exempt() != barrier_exempt_.load()) {
+    barrier_exempt_.store(adaptive_->barrier_exempt());
+    OSPREY_LOG_INFO("worker {} {} the step barrier at step {}: own step {:.1f} ms vs median {:.1f} ms, density {}", rank_,
+                    adaptive_->barrier_exempt() ? "leaves" : "rejoins", sample.step, 1e3 * sample.own_seconds,
+                    1e3 * sample.median_seconds, adaptive_->density());
+  }
+  if (!moved) return;
   compressor_->SetAdaptive(adaptive_->density(), adaptive_->cheap_select());
   density_.store(adaptive_->density());
 }
@@ -223,6 +232,9 @@ void Trainer::FillReport(proto::WorkerReport* report) const {
     report->set_adaptive_cheap_select(adaptive_->cheap_select());
     report->set_adaptive_step_seconds(step_seconds_.load());
     report->set_adaptive_median_step_seconds(median_step_seconds_.load());
+    report->set_adaptive_barrier_exits(adaptive_->barrier_exits());
+    report->set_adaptive_steps_outside_barrier(steps_outside_barrier_);
+    report->set_adaptive_clocks_skipped(clocks_skipped_);
   }
   report->set_rows_pulled(rows_pulled_);
   report->set_device("cpu");
@@ -296,6 +308,10 @@ Status Trainer::Run(const std::function<void(const Progress&)>& on_log) {
       i = rewind_to - 1;
       continue;
     }
+    if (barrier_exempt_.load()) {  // adaptive_ratio.async_barrier: catch up with the others
+      OSPREY_RETURN_IF_ERROR(SkipToBarrier(&i));
+      if (i >= job_.train.steps) break;
+    }
     const auto step_start = std::chrono::steady_clock::now();
     const double encode_before = compressor_ != nullptr ? compressor_->encode_seconds() : 0;
     Status s = Step(&batch);
@@ -367,6 +383,7 @@ Progress Trainer::progress() const {
   p.step_push_seconds = step_push_seconds_.load();
   p.step_encode_seconds = step_encode_seconds_.load();
   p.density = density_.load();
+  p.barrier_exempt = barrier_exempt_.load();
   return p;
 }
 

@@ -68,6 +68,7 @@ struct Progress {
   double step_push_seconds = 0;
   double step_encode_seconds = 0;
   double density = 0;  // the dense codec's current density (adaptive or configured); 0: none
+  bool barrier_exempt = false;  // adaptive_ratio.async_barrier: this worker left the step barrier
 };
 
 struct EvalResult {
@@ -117,9 +118,10 @@ class TrainLoop {
   // Elastic servers (scale_pause.h): asked at every step boundary; borrowed, outlives the loop.
   // Loops that cannot switch clients (the GPU loop) ignore it, so a scale step times out.
   virtual void SetStepBoundary(StepBoundary* boundary) {}
-  // The job's median own step time from the coordinator (ClusterState.median_step_seconds), the
-  // adaptive per-node ratio's target; any thread (the heartbeat thread). Others ignore it.
-  virtual void SetJobStepTime(double median_seconds) {}
+  // From each heartbeat reply, any thread (the heartbeat thread): the job's median own step time
+  // (ClusterState.median_step_seconds, the adaptive per-node ratio's target) and the barrier
+  // clock (ClusterState.barrier_clock, -1: none; adaptive_ratio.async_barrier). Others ignore it.
+  virtual void SetJobPace(double median_seconds, int64_t barrier_clock) {}
 };
 
 // Shared by both loops: AUC and logloss of held-out predictions, and the oracle's AUC when the
@@ -150,7 +152,10 @@ class Trainer final : public TrainLoop {
   void SetMetrics(metrics::Registry* registry) override;
   Status ResumeAt(int64_t step) override;  // trainer_resume.cc
   void SetStepBoundary(StepBoundary* boundary) override { boundary_ = boundary; }
-  void SetJobStepTime(double median_seconds) override { median_step_seconds_.store(median_seconds); }
+  void SetJobPace(double median_seconds, int64_t barrier_clock) override {
+    median_step_seconds_.store(median_seconds);
+    barrier_clock_.store(barrier_clock);
+  }
   // Dense push compression so far (all zero when the dense table is not compressed).
   CompressionStats compression_stats() const;
   StepTimes step_times() const { return times_; }
@@ -171,6 +176,10 @@ class Trainer final : public TrainLoop {
   // Drops what is in flight, moves the data stream to clock `clock`'s first sample and the step
   // counter back to it, and stamps `generation` in every later request.
   Status Rewind(uint64_t generation, int64_t clock);
+  // adaptive_ratio.async_barrier, before step *step of a worker that left the barrier: when the
+  // workers holding it are ahead (barrier_clock_), skips to their clock -- the data stream moves
+  // past the skipped clocks' batches, unread -- and sets *step to it (trainer_resume.cc).
+  Status SkipToBarrier(int64_t* step);
 
   const config::JobConfig& job_;
   const int rank_;
@@ -205,7 +214,11 @@ class Trainer final : public TrainLoop {
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> samples_{0};
   std::atomic<double> loss_{0};
-  std::atomic<double> median_step_seconds_{0};  // SetJobStepTime
+  std::atomic<double> median_step_seconds_{0};  // SetJobPace
+  std::atomic<int64_t> barrier_clock_{-1};      // SetJobPace
+  std::atomic<bool> barrier_exempt_{false};     // the adaptive ratio's, for the heartbeats
+  uint64_t steps_outside_barrier_ = 0;
+  uint64_t clocks_skipped_ = 0;
   std::atomic<double> step_seconds_{0}, step_push_seconds_{0}, step_encode_seconds_{0}, density_{0};
   double train_seconds_ = 0;
   StepTimes times_;

@@ -89,4 +89,25 @@ Status Trainer::Rewind(uint64_t generation, int64_t clock) {
   return Status::OK();
 }
 
+// adaptive_ratio.async_barrier: this worker left the step barrier (it is slow even at its density
+// bound), so the others no longer wait for it. Rather than push ever staler clocks, it joins the
+// clock the workers holding the barrier are at, as a backup worker does: the skipped clocks'
+// batches are not trained (the stream moves past them, as a restarted worker's does, so step and
+// stream position stay tied: ResumeAt and Rewind read the stream the same way) and the samples
+// counter counts only what was trained. A scale step pauses every worker at one clock, so it never
+// skips past a pending boundary.
+Status Trainer::SkipToBarrier(int64_t* step) {
+  const int64_t target = std::min(barrier_clock_.load(), job_.train.steps);
+  if (target <= *step) return Status::OK();
+  if (boundary_ != nullptr && boundary_->Pending(target)) return Status::OK();
+  const int64_t skipped = target - *step;
+  OSPREY_RETURN_IF_ERROR(data_->Skip(skipped * job_.train.batch_size * std::max(1, job_.train.accumulate_steps)));
+  clocks_skipped_ += static_cast<uint64_t>(skipped);
+  OSPREY_LOG_DEBUG("worker {} left the step barrier: skips clocks {}..{} to the others' clock {}", rank_, *step,
+                   target - 1, target);
+  *step = target;
+  step_.store(target);
+  return Status::OK();
+}
+
 }  // namespace osprey::worker

@@ -96,10 +96,11 @@ Status StartHeartbeats(coordinator::CoordinatorClient* coord, const config::JobC
     h.set_step_push_seconds(p.step_push_seconds);
     h.set_step_encode_seconds(p.step_encode_seconds);
     h.set_density(p.density);
+    h.set_barrier_exempt(p.barrier_exempt);
     return h;
   };
   hb.on_state = [trainer, pause, aborted, over](const proto::ClusterState& st) {
-    trainer->SetJobStepTime(st.median_step_seconds());  // the adaptive ratio's target
+    trainer->SetJobPace(st.median_step_seconds(), st.barrier_clock());  // the adaptive ratio's target
     pause->current()->OnClusterState(st);  // server failover: dead servers, replacements (client_failover.cc)
     pause->OnState(st);  // a scale step: the loop pauses at its next step boundary
     if (st.shutting_down()) over->store(true);
@@ -158,6 +159,11 @@ void LogReport(const proto::WorkerReport& report, int rank, const worker::Client
                     report.adaptive_max_density(), report.adaptive_changes(),
                     report.adaptive_cheap_select() ? ", sampled selection" : "",
                     1e3 * report.adaptive_step_seconds(), 1e3 * report.adaptive_median_step_seconds());
+    if (report.adaptive_barrier_exits() > 0) {
+      OSPREY_LOG_INFO("worker {} left the step barrier {} time(s): {} steps trained outside it, {} clocks skipped",
+                      rank, report.adaptive_barrier_exits(), report.adaptive_steps_outside_barrier(),
+                      report.adaptive_clocks_skipped());
+    }
   }
 }
 

@@ -72,13 +72,6 @@ Status ValidateAdaptive(const CodecConfig& c) {
   if (!(a.margin > 0.0 && a.margin < 1.0)) return Bad("adaptive_ratio.margin", a.margin, "must be in (0, 1)");
   if (!(a.factor > 1.0 && a.factor <= 10.0)) return Bad("adaptive_ratio.factor", a.factor, "must be in (1, 10]");
   if (a.interval_steps == 0) return Bad("adaptive_ratio.interval_steps", a.interval_steps, "must be >= 1");
-  if (a.async_barrier) {
-    // bsp holds every pull of step t until all workers pushed step t: a fast worker that went on
-    // would train on parameters missing the slow worker's gradient, which is ssp by another name.
-    return Bad("adaptive_ratio.async_barrier", "true",
-               "not supported: letting fast workers past the step barrier is the table's consistency "
-               "(ssp with a staleness bound, or async), not a codec option; set tables[].consistency instead");
-  }
   return Status::OK();
 }
 

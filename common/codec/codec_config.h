@@ -40,7 +40,9 @@ struct AdaptiveRatioConfig {
   double factor = 1.5;
   // Fewest steps between two moves, so the step time settles on the new density; >= 1.
   uint64_t interval_steps = 20;
-  // Not supported (a config error): see ValidateCodecConfig.
+  // A worker still slow at its bound leaves the step barrier: bsp windows and ssp bounds stop
+  // waiting for it and it skips ahead to the others' clock (worker/adaptive_ratio.h). Needs a
+  // bsp or ssp table (config::ValidateTableCodecs).
   bool async_barrier = false;
 };
 

@@ -78,6 +78,11 @@ Status ValidateTableCodecs(const std::string& file, const TableConfig& table, si
     return InvalidArgument(file + ": tables[" + std::to_string(i) + "].pull_codec: table '" + table.name +
                            "' is dense; only sparse tables' rows can be pulled as " + table.pull_codec);
   }
+  if (c.adaptive_ratio.async_barrier && table.consistency.mode == ConsistencyMode::kAsync) {
+    return InvalidArgument(file + ": tables[" + std::to_string(i) + "].codec.adaptive_ratio.async_barrier: table '" +
+                           table.name + "' is async, which has no step barrier to leave (it needs consistency "
+                           "bsp or ssp)");
+  }
   if (table.type == TableType::kSparse) {
     const std::string where =
         file + ": tables[" + std::to_string(i) + "].codec: table '" + table.name + "' is sparse";

@@ -96,6 +96,20 @@ TEST(JobConfigTest, AdaptiveRatioIsParsedAndBadBoundsNameTheKey) {
   ExpectError(kMinimal, {"tables.mlp.codec.adaptive_ratio.min_density=0.01", "tables.mlp.codec.adaptive_ratio.max_density=0.2"},
               "compression.adaptive_ratio = {...}: needs type topk or randomk (a density to move), not none");
   ExpectError(kMinimal, {"tables.mlp.codec.type=topk", "tables.mlp.codec.adaptive_ratio.typo=1"}, "typo");
+  // async_barrier: leaving the step barrier needs one (bsp or ssp); the default consistency is async.
+  const std::vector<std::string> barrier = {"tables.mlp.codec.type=topk", "tables.mlp.codec.density=0.05",
+                                            "tables.mlp.codec.adaptive_ratio.min_density=0.01",
+                                            "tables.mlp.codec.adaptive_ratio.max_density=0.2",
+                                            "tables.mlp.codec.adaptive_ratio.async_barrier=true"};
+  ExpectError(kMinimal, barrier,
+              "tables[1].codec.adaptive_ratio.async_barrier: table 'mlp' is async, which has no step barrier to leave");
+  for (const char* mode : {"bsp", "ssp"}) {
+    std::vector<std::string> sets = barrier;
+    sets.push_back(std::string("tables.mlp.consistency.mode=") + mode);
+    auto ok = ParseJobConfig(kMinimal, "test.yaml", sets);
+    ASSERT_TRUE(ok.ok()) << mode << ": " << ok.status().ToString();
+    EXPECT_TRUE(ok->tables[1].codec.adaptive_ratio.async_barrier);
+  }
 }
 
 TEST(JobConfigTest, NegativeLearningRateInTableNamesIndex) {

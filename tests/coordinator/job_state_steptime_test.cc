@@ -24,11 +24,14 @@ class JobStateStepTimeTest : public testing::JobStateFixture {
     ASSERT_TRUE(s->rendezvous_complete());
   }
   // Worker `rank`'s heartbeat with `seconds` of own step time at t0 + ms; returns the reply.
-  proto::ClusterState Beat(JobState* s, int rank, double seconds, int ms) {
+  // `clock` is the worker's step, `exempt` its Heartbeat.barrier_exempt.
+  proto::ClusterState Beat(JobState* s, int rank, double seconds, int ms, int64_t clock = 1,
+                           bool exempt = false) {
     Outbox out;
-    proto::Heartbeat hb = MakeHeartbeat(proto::ROLE_WORKER, rank, 1);
+    proto::Heartbeat hb = MakeHeartbeat(proto::ROLE_WORKER, rank, clock);
     hb.set_step_seconds(seconds);
     hb.set_density(0.05);
+    hb.set_barrier_exempt(exempt);
     s->OnHeartbeat(Addr(), hb, t0_ + Ms(ms), &out);
     proto::ClusterState st;
     EXPECT_EQ(out.size(), 1u);
@@ -64,6 +67,41 @@ TEST_F(JobStateStepTimeTest, DeadWorkersLeaveTheMedian) {
   s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_SERVER, 0), t0_ + Ms(400), &out);
   s.Tick(t0_ + Ms(700), &out);  // worker 2 silent for 600 ms > 500: dead
   EXPECT_DOUBLE_EQ(s.Snapshot().median_step_seconds(), 0.015);
+}
+
+// adaptive_ratio.async_barrier: the barrier clock is where the live workers holding the barrier
+// are, once one left it; the node states say who left.
+TEST_F(JobStateStepTimeTest, BarrierClockIsTheSlowestWorkerStillHoldingTheBarrier) {
+  JobState s(TestJob(1, 3, 500), 1, t0_);
+  Rendezvous(&s, 3);
+  Beat(&s, 0, 0.010, 100, /*clock=*/40);
+  Beat(&s, 1, 0.011, 100, /*clock=*/38);
+  EXPECT_EQ(Beat(&s, 2, 0.050, 100, /*clock=*/12).barrier_clock(), -1) << "nobody left the barrier";
+  proto::ClusterState st = Beat(&s, 2, 0.050, 150, /*clock=*/13, /*exempt=*/true);
+  EXPECT_EQ(st.barrier_clock(), 38) << "the slowest of workers 0 and 1, not worker 2's 13";
+  ASSERT_EQ(st.nodes_size(), 4);
+  EXPECT_TRUE(st.nodes(3).barrier_exempt());
+  EXPECT_FALSE(st.nodes(2).barrier_exempt());
+  EXPECT_EQ(Beat(&s, 1, 0.011, 200, /*clock=*/41).barrier_clock(), 40);
+  // Everybody out: nobody holds the barrier, so there is no clock to catch up with.
+  Beat(&s, 0, 0.010, 250, 42, true);
+  EXPECT_EQ(Beat(&s, 1, 0.011, 250, 42, true).barrier_clock(), -1);
+  // Back in: the barrier clock is gone once nobody is out.
+  Beat(&s, 0, 0.010, 300, 43, false);
+  Beat(&s, 1, 0.011, 300, 43, false);
+  EXPECT_EQ(Beat(&s, 2, 0.050, 300, 43, false).barrier_clock(), -1);
+}
+
+TEST_F(JobStateStepTimeTest, ADeadWorkerNeitherHoldsNorLeavesTheBarrier) {
+  JobState s(TestJob(1, 3, 500), 1, t0_);
+  Rendezvous(&s, 3);
+  Outbox out;
+  Beat(&s, 0, 0.010, 400, /*clock=*/50);
+  Beat(&s, 1, 0.050, 400, /*clock=*/20, /*exempt=*/true);
+  EXPECT_EQ(Beat(&s, 2, 0.010, 100, /*clock=*/5).barrier_clock(), 5);
+  s.OnHeartbeat(Addr(), MakeHeartbeat(proto::ROLE_SERVER, 0), t0_ + Ms(400), &out);
+  s.Tick(t0_ + Ms(700), &out);  // worker 2 silent for 600 ms > 500: dead
+  EXPECT_EQ(s.Snapshot().barrier_clock(), 50) << "worker 2's clock 5 no longer counts";
 }
 
 }  // namespace

@@ -238,20 +238,28 @@ TEST(ReportTest, AdaptiveRatioWorkersAreReportedByRank) {
     w->set_adaptive_changes(rank == 1 ? 5 : 0);
     w->set_adaptive_step_seconds(rank == 1 ? 0.0111 : 0.0063);
     w->set_adaptive_median_step_seconds(0.0087);
+    if (rank == 1) {  // async_barrier: worker 1 left the step barrier
+      w->set_adaptive_barrier_exits(1);
+      w->set_adaptive_steps_outside_barrier(170);
+      w->set_adaptive_clocks_skipped(420);
+    }
   }
   s.add_reports()->set_rank(2);  // no adaptive_ratio: not listed
   JobReport r = SummarizeReports(s, 1.0);
   ASSERT_EQ(r.adaptive.size(), 2u);
   EXPECT_EQ(r.adaptive[0].rank, 0);
   const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("500 samples/s\n"), std::string::npos) << "worker 0 never left the barrier: no barrier part";
   EXPECT_NE(text.find("adaptive ratio    worker 1: density 0.01 (range 0.01-0.2, 5 changes), step 11.1 ms vs "
-                      "median 8.7 ms, 500 samples/s"),
+                      "median 8.7 ms, 500 samples/s, left the barrier 1x: 170 steps outside it, 420 clocks "
+                      "skipped\n"),
             std::string::npos)
       << text;
   const std::string json = ReportJson(r);
   EXPECT_NE(json.find("\"adaptive_ratio\": [{\"rank\": 0, \"final_density\": 0.2, \"min_density\": 0.2, "
                       "\"max_density\": 0.2, \"changes\": 0, \"cheap_select\": false, \"step_seconds\": 0.0063, "
-                      "\"median_step_seconds\": 0.0087, \"samples_per_sec\": 500}, {\"rank\": 1, "),
+                      "\"median_step_seconds\": 0.0087, \"samples_per_sec\": 500, \"barrier_exits\": 0, "
+                      "\"steps_outside_barrier\": 0, \"clocks_skipped\": 0}, {\"rank\": 1, "),
             std::string::npos)
       << json;
 }

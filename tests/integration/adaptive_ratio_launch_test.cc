@@ -92,4 +92,45 @@ TEST(AdaptiveRatioLaunchTest, SlowWorkerLowersItsDensityAndTheJobGetsFaster) {
               fixed_rate, fixed_auc, adaptive_rate, adaptive_auc, slow_final, slow_min);
 }
 
+// async_barrier: worker 1's uplink is so slow (1 MB/s) that even at min_density it stays far
+// slower than the median. With adaptive_ratio alone the bsp job still runs at its pace; with
+// async_barrier it leaves the step barrier once it cannot move further, the servers stop waiting
+// for it and it skips ahead to worker 0's clock (a backup worker: its skipped batches go
+// untrained). The job must be faster than the adaptive-only run (two runs on one machine, not a
+// timed bound), worker 1 must report its exit and skipped clocks, worker 0 none, and the AUC must
+// stay within 0.01 of the adaptive-only run (worker 1 trains far fewer batches).
+TEST(AdaptiveRatioLaunchTest, AsyncBarrierLetsTheFastWorkerGoOn) {
+  const std::string a = " --set tables.mlp.codec.adaptive_ratio.";
+  const std::string adaptive_sets = " --set worker.debug_throttle_bytes_per_sec=1000000" + a + "min_density=0.01" + a +
+                                    "max_density=0.2" + a + "interval_steps=10" + a + "factor=2";
+  Launched adaptive = Launch("barrier-held", adaptive_sets);
+  ASSERT_FALSE(adaptive.json.empty()) << adaptive.out;
+  Launched barrier = Launch("barrier-left", adaptive_sets + a + "async_barrier=true");
+  ASSERT_FALSE(barrier.json.empty()) << barrier.out;
+
+  EXPECT_EQ(AdaptiveField(adaptive.json, 1, "barrier_exits"), 0) << "no async_barrier: never leaves";
+  EXPECT_EQ(AdaptiveField(adaptive.json, 1, "clocks_skipped"), 0) << adaptive.json;
+  EXPECT_DOUBLE_EQ(AdaptiveField(barrier.json, 1, "min_density"), 0.01) << "it left only at its bound";
+  EXPECT_GE(AdaptiveField(barrier.json, 1, "barrier_exits"), 1) << barrier.json;
+  const double skipped = AdaptiveField(barrier.json, 1, "clocks_skipped");
+  const double outside = AdaptiveField(barrier.json, 1, "steps_outside_barrier");
+  EXPECT_GT(skipped, 0) << barrier.json;
+  EXPECT_GT(outside, 0) << barrier.json;
+  EXPECT_LT(outside + skipped, 300) << "steps before it left were inside the barrier";
+  EXPECT_EQ(AdaptiveField(barrier.json, 0, "barrier_exits"), 0) << barrier.json;
+  EXPECT_EQ(AdaptiveField(barrier.json, 0, "clocks_skipped"), 0) << barrier.json;
+  EXPECT_NE(barrier.out.find("left the barrier"), std::string::npos) << barrier.out;
+
+  const double held_rate = JsonNumber(adaptive.json, "samples_per_sec");
+  const double left_rate = JsonNumber(barrier.json, "samples_per_sec");
+  EXPECT_GT(left_rate, held_rate) << "adaptive " << held_rate << " async_barrier " << left_rate;
+  const double held_auc = JsonNumber(adaptive.json, "auc");
+  const double left_auc = JsonNumber(barrier.json, "auc");
+  EXPECT_GE(left_auc, held_auc - 0.01) << "adaptive " << held_auc << " async_barrier " << left_auc;
+  std::printf("adaptive: %.0f samples/s, AUC %.4f, %.1f s; async_barrier: %.0f samples/s, AUC %.4f, %.1f s, worker 1 "
+              "skipped %.0f clocks, trained %.0f outside the barrier\n",
+              held_rate, held_auc, JsonNumber(adaptive.json, "wall_seconds"), left_rate, left_auc,
+              JsonNumber(barrier.json, "wall_seconds"), skipped, outside);
+}
+
 }  // namespace

@@ -163,6 +163,39 @@ TEST(BspTest, DeadWorkerReleasesTheWindow) {
   for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - kLr * 2.0f);
 }
 
+// adaptive_ratio.async_barrier: worker 1 left the barrier (the server waits only for worker 0).
+// Its late push of clock 0 is not lost, nor parked in the oldest open window (which nobody might
+// close any more, at the end of the job): it is applied on arrival; its pulls of a closed clock
+// are answered at once; its push of an open clock joins that window.
+TEST(BspTest, AWorkerThatLeftTheBarrierIsAppliedOnArrivalWhenLate) {
+  InprocCluster cluster(1, Tables(config::ConsistencyMode::kBsp));
+  cluster.server(0).SetLiveWorkers({0});  // WorkersHoldingBarrier: worker 1 is barrier_exempt
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  Worker fast(&cluster, 0), slow(&cluster, 1);
+  std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
+  fast.Push(0, 0, {2, 2, 2, 2});
+  fast.Reply();
+  fast.Pull(1);
+  std::vector<float> w1 = fast.Reply();  // clock 0 closed on worker 0 alone
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - kLr * 2.0f);
+  slow.Push(0, 0, {4, 0, 4, 0});  // clock 0, late: applied now
+  slow.Reply();
+  slow.Pull(1);
+  std::vector<float> late = slow.Reply();  // clock 1 was ready: no wait for anybody
+  const float g[4] = {4, 0, 4, 0};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(late[i], w1[i] - kLr * g[i]) << "element " << i;
+  slow.Push(1, 2, {0, 2, 0, 2});  // clock 1, still open: merged with worker 0's
+  slow.Reply();
+  fast.Push(1, 1, {0, 0, 2, 2});
+  fast.Reply();
+  fast.Pull(2);
+  std::vector<float> w2 = fast.Reply();
+  const float mean[4] = {0, 1, 1, 2};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(w2[i], late[i] - kLr * mean[i]) << "element " << i;
+  ServerStatsSnapshot st = cluster.server(0).stats();
+  EXPECT_EQ(st.pushes_applied, 4u);
+}
+
 TEST(AsyncTest, WindowOfOneEqualsApplyPerPush) {
   auto adagrad = [](config::TableConfig* c) { c->optimizer.type = OptimizerType::kAdagrad; };
   InprocCluster cluster(1, Tables(config::ConsistencyMode::kAsync, adagrad));

@@ -52,6 +52,34 @@ TEST(AdaptiveRatioTest, NetworkBoundSlowWorkerLowersDensityDownToTheBound) {
   EXPECT_FALSE(a.cheap_select());
 }
 
+TEST(AdaptiveRatioTest, StillSlowAtTheBoundLeavesTheBarrierOnlyWithAsyncBarrier) {
+  codec::CodecConfig c = Adaptive();
+  AdaptiveRatio plain(c);
+  c.adaptive_ratio.async_barrier = true;
+  AdaptiveRatio barrier(c);
+  // Network-bound at 2x the median: moves at steps 0, 10, 20 reach min_density 0.01; at step 30
+  // nothing is left to move.
+  int64_t left_at = -1;
+  for (int64_t step = 0; step < 60; ++step) {
+    plain.Update(Sample(step, 0.02, 0.016, 0.001, 0.01));
+    barrier.Update(Sample(step, 0.02, 0.016, 0.001, 0.01));
+    if (left_at < 0 && barrier.barrier_exempt()) left_at = step;
+  }
+  EXPECT_EQ(left_at, 30) << "one interval after the last move, still slow at the bound";
+  EXPECT_TRUE(barrier.barrier_exempt());
+  EXPECT_EQ(barrier.barrier_exits(), 1u);
+  EXPECT_DOUBLE_EQ(barrier.density(), 0.01);
+  EXPECT_FALSE(plain.barrier_exempt()) << "without async_barrier a worker never leaves";
+  EXPECT_EQ(plain.barrier_exits(), 0u);
+  // Back within the band (the link recovered): it rejoins first, and relaxes the density later.
+  EXPECT_FALSE(barrier.Update(Sample(60, 0.0105, 0.002, 0.001, 0.01)));
+  EXPECT_FALSE(barrier.barrier_exempt());
+  EXPECT_DOUBLE_EQ(barrier.density(), 0.01);
+  EXPECT_TRUE(barrier.Update(Sample(70, 0.005, 0.001, 0.001, 0.01)));
+  EXPECT_DOUBLE_EQ(barrier.density(), 0.02);
+  EXPECT_EQ(barrier.barrier_exits(), 1u);
+}
+
 TEST(AdaptiveRatioTest, MovesAtMostOncePerInterval) {
   AdaptiveRatio a(Adaptive());
   EXPECT_TRUE(a.Update(Sample(5, 0.02, 0.016, 0.001, 0.01)));
