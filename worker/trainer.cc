@@ -234,7 +234,7 @@ void Trainer::FillReport(proto::WorkerReport* report) const {
     report->set_adaptive_median_step_seconds(median_step_seconds_.load());
     report->set_adaptive_barrier_exits(adaptive_->barrier_exits());
     report->set_adaptive_steps_outside_barrier(steps_outside_barrier_);
-    report->set_adaptive_clocks_skipped(clocks_skipped_);
+    report->set_adaptive_clocks_skipped(clocks_skipped());
   }
   report->set_rows_pulled(rows_pulled_);
   report->set_device("cpu");

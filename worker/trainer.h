@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "job/job_config.h"
@@ -218,7 +219,10 @@ class Trainer final : public TrainLoop {
   std::atomic<int64_t> barrier_clock_{-1};      // SetJobPace
   std::atomic<bool> barrier_exempt_{false};     // the adaptive ratio's, for the heartbeats
   uint64_t steps_outside_barrier_ = 0;
-  uint64_t clocks_skipped_ = 0;
+  // The clock ranges [from, to) SkipToBarrier skipped, in order; a bsp rollback to clock C
+  // forgets those at or past C (they are trained or skipped again) and counts only trained samples.
+  std::vector<std::pair<int64_t, int64_t>> skipped_;
+  uint64_t clocks_skipped() const;
   std::atomic<double> step_seconds_{0}, step_push_seconds_{0}, step_encode_seconds_{0}, density_{0};
   double train_seconds_ = 0;
   StepTimes times_;

@@ -77,7 +77,12 @@ Status Trainer::Rewind(uint64_t generation, int64_t clock) {
   const int64_t samples = clock * job_.train.batch_size * std::max(1, job_.train.accumulate_steps);
   OSPREY_RETURN_IF_ERROR(data_->Skip(samples));
   step_.store(clock);
-  samples_.store(static_cast<uint64_t>(samples));
+  // Clocks skipped before the cut were not trained (async_barrier); those past it are redone.
+  while (!skipped_.empty() && skipped_.back().first >= clock) skipped_.pop_back();
+  if (!skipped_.empty()) skipped_.back().second = std::min(skipped_.back().second, clock);
+  const int64_t untrained = static_cast<int64_t>(clocks_skipped()) * job_.train.batch_size *
+                            std::max(1, job_.train.accumulate_steps);
+  samples_.store(static_cast<uint64_t>(samples - untrained));
   client_->SetRollbackGeneration(generation);
   clocks_redone_ += std::max<int64_t>(0, from - clock);
   if (compressor_ != nullptr) {
@@ -102,12 +107,18 @@ Status Trainer::SkipToBarrier(int64_t* step) {
   if (boundary_ != nullptr && boundary_->Pending(target)) return Status::OK();
   const int64_t skipped = target - *step;
   OSPREY_RETURN_IF_ERROR(data_->Skip(skipped * job_.train.batch_size * std::max(1, job_.train.accumulate_steps)));
-  clocks_skipped_ += static_cast<uint64_t>(skipped);
+  skipped_.emplace_back(*step, target);
   OSPREY_LOG_DEBUG("worker {} left the step barrier: skips clocks {}..{} to the others' clock {}", rank_, *step,
                    target - 1, target);
   *step = target;
   step_.store(target);
   return Status::OK();
+}
+
+uint64_t Trainer::clocks_skipped() const {
+  uint64_t n = 0;
+  for (const auto& [from, to] : skipped_) n += static_cast<uint64_t>(to - from);
+  return n;
 }
 
 }  // namespace osprey::worker
