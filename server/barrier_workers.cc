@@ -2,14 +2,19 @@
 
 namespace osprey::server {
 
-std::vector<int> WorkersHoldingBarrier(const proto::ClusterState& state) {
-  std::vector<int> live, holding;
+BarrierWorkers WorkersAtBarrier(const proto::ClusterState& state) {
+  BarrierWorkers out;
+  std::vector<int> live;
   for (const proto::NodeState& n : state.nodes()) {
     if (n.role() != proto::ROLE_WORKER || !n.alive()) continue;
     live.push_back(n.rank());
-    if (!n.barrier_exempt()) holding.push_back(n.rank());
+    (n.barrier_exempt() ? out.left : out.holding).push_back(n.rank());
   }
-  return holding.empty() ? live : holding;
+  if (out.holding.empty()) {  // everybody left: everybody holds it
+    out.holding = std::move(live);
+    out.left.clear();
+  }
+  return out;
 }
 
 }  // namespace osprey::server

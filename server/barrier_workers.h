@@ -1,8 +1,8 @@
 // Which workers the step barrier waits for (bsp windows, ssp bounds): the live workers of the
 // coordinator's ClusterState, less those that left the barrier (adaptive_ratio.async_barrier,
-// NodeState.barrier_exempt). A worker that left still pushes: a push for a clock already closed
-// joins the oldest open window (table_shard.h), and its pulls of a closed clock are answered at
-// once. When every live worker left, the barrier waits for all of them, as without the option.
+// NodeState.barrier_exempt). A worker that left still pushes: a push of a clock already closed is
+// applied on arrival (table_shard.h), and its pulls of a closed clock are answered at once. When
+// every live worker left, the barrier waits for all of them, as without the option.
 #pragma once
 
 #include <vector>
@@ -11,7 +11,12 @@
 
 namespace osprey::server {
 
-// The ranks of the live workers in `state` that hold the barrier (see above), in node order.
-std::vector<int> WorkersHoldingBarrier(const proto::ClusterState& state);
+struct BarrierWorkers {
+  std::vector<int> holding;  // live workers the barrier waits for, in node order
+  std::vector<int> left;     // live workers that left it (empty when all of them did)
+};
+
+// The live workers of `state`, split as above.
+BarrierWorkers WorkersAtBarrier(const proto::ClusterState& state);
 
 }  // namespace osprey::server

@@ -113,8 +113,9 @@ int64_t WorkerClocks::Slowest() const {
   return slowest;
 }
 
-void WorkerClocks::SetLive(const std::vector<int>& ranks) {
+void WorkerClocks::SetLive(const std::vector<int>& ranks, const std::vector<int>& left) {
   live_ = ranks;
+  left_ = left;
   live_known_ = true;
 }
 

@@ -52,11 +52,9 @@ class WorkerClocks {
   // Progress of the slowest live worker (a live worker never seen counts 0); kNobody when there
   // is none. Until SetLive, every worker seen is live.
   int64_t Slowest() const;
-  void SetLive(const std::vector<int>& ranks);
-  // Whether `worker` is one the barrier waits for: live (SetLive), or any worker until SetLive.
-  bool Holds(int worker) const {
-    return !live_known_ || std::find(live_.begin(), live_.end(), worker) != live_.end();
-  }
+  // The live workers the barrier waits for, and those that left it (async_barrier).
+  void SetLive(const std::vector<int>& ranks, const std::vector<int>& left = {});
+  bool LeftBarrier(int worker) const { return std::find(left_.begin(), left_.end(), worker) != left_.end(); }
   bool any() const { return !progress_.empty(); }
   // bsp rollback: progress[worker] = min(progress, clock) for every worker.
   void RewindTo(int64_t clock) {
@@ -66,6 +64,7 @@ class WorkerClocks {
  private:
   std::unordered_map<int, int64_t> progress_;
   std::vector<int> live_;
+  std::vector<int> left_;
   bool live_known_ = false;
 };
 

@@ -55,22 +55,25 @@ size_t Server::num_early_requests() {
   return held_.size();
 }
 
-void Server::SetLiveWorkers(std::vector<int> ranks) {
+void Server::SetLiveWorkers(std::vector<int> ranks, std::vector<int> left) {
   std::sort(ranks.begin(), ranks.end());
+  std::sort(left.begin(), left.end());
   {
     // Every heartbeat reply calls this: an unchanged set must not wait for the work lock (a long
     // push or checkpoint would delay the next heartbeat past the coordinator's timeout).
     MutexLock live(&live_mu_);
-    if (live_seen_ && ranks == live_seen_ranks_) return;
+    if (live_seen_ && ranks == live_seen_ranks_ && left == live_seen_left_) return;
     live_seen_ = true;
     live_seen_ranks_ = ranks;
+    live_seen_left_ = left;
   }
   MutexLock work(&work_mu_);
-  if (live_known_ && ranks == live_) return;
+  if (live_known_ && ranks == live_ && left == left_) return;
   live_ = std::move(ranks);
+  left_ = std::move(left);
   live_known_ = true;
   for (auto& t : tables_) {
-    t->SetLiveWorkers(live_);
+    t->SetLiveWorkers(live_, left_);
     Release(t.get());
   }
   if (scheduler_) scheduler_->AfterLiveChange(NowUs());

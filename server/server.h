@@ -110,11 +110,12 @@ class Server : private Replier {
   Status Activate(int rank, const proto::ShardMap& map,
                   const std::vector<config::TableConfig>& tables) EXCLUDES(mu_, work_mu_);
 
-  // The ranks of the live workers that hold the step barrier (WorkersHoldingBarrier of the
-  // coordinator's ClusterState, barrier_workers.h). bsp windows and ssp bounds count only these,
-  // so a dead worker, or one that left the barrier, no longer holds the others. Until the first call
-  // every worker that sent a request counts. May be called before Activate.
-  void SetLiveWorkers(std::vector<int> ranks) EXCLUDES(work_mu_);
+  // The ranks of the live workers that hold the step barrier, and of those that left it
+  // (WorkersAtBarrier of the coordinator's ClusterState, barrier_workers.h). bsp windows and ssp
+  // bounds count only `ranks`, so a dead worker, or one that left the barrier, no longer holds the
+  // others; a bsp push of a closed clock from one in `left` is applied on arrival. Until the first
+  // call every worker that sent a request counts. May be called before Activate.
+  void SetLiveWorkers(std::vector<int> ranks, std::vector<int> left = {}) EXCLUDES(work_mu_);
 
   // Authorization (op_auth.h): with `required` (security: curve) a request whose sender has no
   // authenticated role is refused; either way control ops need the coordinator or admin role and
@@ -275,9 +276,11 @@ class Server : private Replier {
   int num_servers_ GUARDED_BY(work_mu_) = 0;
   std::vector<std::unique_ptr<TableShard>> tables_ GUARDED_BY(work_mu_);
   std::vector<int> live_ GUARDED_BY(work_mu_);
+  std::vector<int> left_ GUARDED_BY(work_mu_);  // left the barrier (SetLiveWorkers)
   Mutex live_mu_;  // SetLiveWorkers' check for an unchanged set, without work_mu_
   bool live_seen_ GUARDED_BY(live_mu_) = false;
   std::vector<int> live_seen_ranks_ GUARDED_BY(live_mu_);
+  std::vector<int> live_seen_left_ GUARDED_BY(live_mu_);
   bool live_known_ GUARDED_BY(work_mu_) = false;
   bool stopping_ GUARDED_BY(work_mu_) = false;
   CondVar timer_cv_;

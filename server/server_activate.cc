@@ -110,7 +110,7 @@ Status Server::CreateTables(const proto::ShardMap& map,
     OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<TableShard> shard,
                             TableShard::Create(id, spec, tables[i], std::move(owned), num_chunks,
                                                store_.get(), &counters_, this));
-    if (live_known_) shard->SetLiveWorkers(live_);
+    if (live_known_) shard->SetLiveWorkers(live_, left_);
     shard->set_hold_budget(budget_.get());
     *timer = *timer || (!shard->bsp() && tables[i].consistency.merge_window_us > 0);
     tables_.push_back(std::move(shard));

@@ -131,7 +131,10 @@ coordinator::HeartbeatOptions Heartbeats(const config::ClusterConfig& cluster, i
     agent->OnState(st);  // a scale step: move this server's rows (scale_agent.h)
     // bsp windows and ssp bounds wait only for live workers that hold the barrier: a dead one,
     // or one that left it (adaptive_ratio.async_barrier), releases them.
-    if (!st.nodes().empty()) srv->SetLiveWorkers(server::WorkersHoldingBarrier(st));
+    if (!st.nodes().empty()) {
+      server::BarrierWorkers at = server::WorkersAtBarrier(st);
+      srv->SetLiveWorkers(std::move(at.holding), std::move(at.left));
+    }
   };
   hb.on_lost = [lost](const Status& why) {
     OSPREY_LOG_ERROR("lost the coordinator: {}", why.ToString());

@@ -159,7 +159,7 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   // A worker that left the bsp barrier (adaptive_ratio.async_barrier) pushing a closed clock is
   // applied now, a window of its own: the oldest open window may be one nobody closes any more.
   const bool late_outside = policy_->windows_per_clock() && h.clock() < done_ && !any_bad &&
-                            !clocks_.Holds(h.worker_rank());
+                            clocks_.LeftBarrier(h.worker_rank());
   if (late_outside || policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(h, keys, n, g, per_row, s);
   Window& w = WindowFor(h, now_us);
   ++w.pushes;

@@ -10,9 +10,9 @@
 // clocks it has finished here: a push with clock c sets it to >= c+1, a pull with clock c to >= c,
 // since the client sends a step's pushes before the next step's pulls on the same connection):
 //   bsp    pushes with clock c are merged into the window of clock c (a push for a clock that is
-//          already closed goes into the oldest open one; from a worker that is not live -- it left
-//          the barrier, adaptive_ratio.async_barrier -- it is applied on arrival, a window of its
-//          own, since the oldest open window may never close). Windows close in clock order once the
+//          already closed goes into the oldest open one; from a worker that left the barrier,
+//          adaptive_ratio.async_barrier, it is applied on arrival, a window of its own, since the
+//          oldest open window may never close). Windows close in clock order once the
 //          slowest LIVE worker's progress passes their clock; done() counts closed clocks. A pull
 //          with clock c is answered once done() >= c (pulls with clock 0, e.g. evaluation, at
 //          once).
@@ -189,7 +189,9 @@ class TableShard {
   int64_t NextDeadlineUs() const;
 
   // ranks: the live workers. Takes effect at the next Advance.
-  void SetLiveWorkers(const std::vector<int>& ranks) { clocks_.SetLive(ranks); }
+  void SetLiveWorkers(const std::vector<int>& ranks, const std::vector<int>& left = {}) {
+    clocks_.SetLive(ranks, left);
+  }
 
   // Feature admission / eviction of a sparse table (server/admission/row_lifecycle.h); null when
   // its config asks for neither. Set by Create. A table with eviction merges by key, never by

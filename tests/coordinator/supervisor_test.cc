@@ -54,8 +54,12 @@ TEST(SupervisorTest, RestartsServerWithRankAndRestoreAndCoordinatorWithRecover) 
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
     return n;
   };
-  ASSERT_TRUE(WaitUntil([&] { return count("coordinator ") == 2 && count("server ") == 2; }, Ms(20000)))
-      << ReadFile(args) << ReadFile(p.err_path);
+  // The launcher logs a restart after spawning it: the stand-in may record its start first.
+  ASSERT_TRUE(WaitUntil([&] {
+    return count("coordinator ") == 2 && count("server ") == 2 &&
+           ReadFile(p.err_path).find("server-0 restarted as pid ") != std::string::npos &&
+           ReadFile(p.err_path).find("coordinator-0 restarted as pid ") != std::string::npos;
+  }, Ms(20000))) << ReadFile(args) << ReadFile(p.err_path);
   const std::string recorded = ReadFile(args);
   const std::string err = ReadFile(p.err_path);
   ::kill(p.pid, SIGTERM);

@@ -1,5 +1,5 @@
-// WorkersHoldingBarrier (server/barrier_workers.h): which workers a server's step barrier waits
-// for, from the coordinator's ClusterState.
+// WorkersAtBarrier (server/barrier_workers.h): which workers a server's step barrier waits for,
+// and which left it, from the coordinator's ClusterState.
 #include <gtest/gtest.h>
 
 #include "server/barrier_workers.h"
@@ -20,9 +20,12 @@ TEST(BarrierWorkersTest, LiveWorkersLessThoseThatLeftTheBarrier) {
   AddNode(&st, proto::ROLE_SERVER, 0, true, false);
   AddNode(&st, proto::ROLE_WORKER, 0, true, false);
   AddNode(&st, proto::ROLE_WORKER, 1, true, true);    // left the barrier
-  AddNode(&st, proto::ROLE_WORKER, 2, false, false);  // dead
+  AddNode(&st, proto::ROLE_WORKER, 2, false, false);  // dead: neither
+  AddNode(&st, proto::ROLE_WORKER, 4, false, true);   // dead: neither
   AddNode(&st, proto::ROLE_WORKER, 3, true, false);
-  EXPECT_EQ(WorkersHoldingBarrier(st), (std::vector<int>{0, 3}));
+  BarrierWorkers at = WorkersAtBarrier(st);
+  EXPECT_EQ(at.holding, (std::vector<int>{0, 3}));
+  EXPECT_EQ(at.left, (std::vector<int>{1}));
 }
 
 TEST(BarrierWorkersTest, WhenEveryLiveWorkerLeftAllOfThemHoldIt) {
@@ -30,8 +33,10 @@ TEST(BarrierWorkersTest, WhenEveryLiveWorkerLeftAllOfThemHoldIt) {
   AddNode(&st, proto::ROLE_WORKER, 0, true, true);
   AddNode(&st, proto::ROLE_WORKER, 1, true, true);
   AddNode(&st, proto::ROLE_WORKER, 2, false, true);
-  EXPECT_EQ(WorkersHoldingBarrier(st), (std::vector<int>{0, 1}));
-  EXPECT_TRUE(WorkersHoldingBarrier(proto::ClusterState()).empty());
+  BarrierWorkers at = WorkersAtBarrier(st);
+  EXPECT_EQ(at.holding, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(at.left.empty());
+  EXPECT_TRUE(WorkersAtBarrier(proto::ClusterState()).holding.empty());
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ TEST(BspTest, DeadWorkerReleasesTheWindow) {
 // are answered at once; its push of an open clock joins that window.
 TEST(BspTest, AWorkerThatLeftTheBarrierIsAppliedOnArrivalWhenLate) {
   InprocCluster cluster(1, Tables(config::ConsistencyMode::kBsp));
-  cluster.server(0).SetLiveWorkers({0});  // WorkersHoldingBarrier: worker 1 is barrier_exempt
+  cluster.server(0).SetLiveWorkers({0}, {1});  // WorkersAtBarrier: worker 1 is barrier_exempt
   ASSERT_TRUE(cluster.ActivateAll().ok());
   Worker fast(&cluster, 0), slow(&cluster, 1);
   std::vector<float> w0 = Initial(cluster.tables()[0], kKey);
