@@ -9,6 +9,7 @@
 // Threading: Run/Evaluate on one thread; progress() may be read from any thread (heartbeats).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -181,6 +182,11 @@ class Trainer final : public TrainLoop {
   // workers holding it are ahead (barrier_clock_), skips to their clock -- the data stream moves
   // past the skipped clocks' batches, unread -- and sets *step to it (trainer_resume.cc).
   Status SkipToBarrier(int64_t* step);
+  // The clocks SkipToBarrier skipped (skipped_), and the samples a step reads (its micro-batches).
+  uint64_t clocks_skipped() const;
+  int64_t SamplesPerStep() const {
+    return static_cast<int64_t>(job_.train.batch_size) * std::max(1, job_.train.accumulate_steps);
+  }
 
   const config::JobConfig& job_;
   const int rank_;
@@ -222,7 +228,6 @@ class Trainer final : public TrainLoop {
   // The clock ranges [from, to) SkipToBarrier skipped, in order; a bsp rollback to clock C
   // forgets those at or past C (they are trained or skipped again) and counts only trained samples.
   std::vector<std::pair<int64_t, int64_t>> skipped_;
-  uint64_t clocks_skipped() const;
   std::atomic<double> step_seconds_{0}, step_push_seconds_{0}, step_encode_seconds_{0}, density_{0};
   double train_seconds_ = 0;
   StepTimes times_;

@@ -31,7 +31,7 @@ Status Trainer::ResumeAt(int64_t step) {
                            std::to_string(job_.train.steps) + "]");
   }
   // A step reads train.accumulate_steps micro-batches (trainer_accumulate.cc).
-  const int64_t samples = step * job_.train.batch_size * std::max(1, job_.train.accumulate_steps);
+  const int64_t samples = step * SamplesPerStep();
   OSPREY_RETURN_IF_ERROR(data_->Skip(samples));
   first_step_ = step;
   step_.store(step);
@@ -74,15 +74,13 @@ Status Trainer::Rewind(uint64_t generation, int64_t clock) {
   (void)WaitPushes();  // answered (applied before the rollback, or refused): dropped either way
   const int64_t from = step_.load();
   OSPREY_ASSIGN_OR_RETURN(data_, MakeDataSource(job_, rank_, num_workers_, /*train=*/true));
-  const int64_t samples = clock * job_.train.batch_size * std::max(1, job_.train.accumulate_steps);
+  const int64_t samples = clock * SamplesPerStep();
   OSPREY_RETURN_IF_ERROR(data_->Skip(samples));
   step_.store(clock);
   // Clocks skipped before the cut were not trained (async_barrier); those past it are redone.
   while (!skipped_.empty() && skipped_.back().first >= clock) skipped_.pop_back();
   if (!skipped_.empty()) skipped_.back().second = std::min(skipped_.back().second, clock);
-  const int64_t untrained = static_cast<int64_t>(clocks_skipped()) * job_.train.batch_size *
-                            std::max(1, job_.train.accumulate_steps);
-  samples_.store(static_cast<uint64_t>(samples - untrained));
+  samples_.store(static_cast<uint64_t>(samples - static_cast<int64_t>(clocks_skipped()) * SamplesPerStep()));
   client_->SetRollbackGeneration(generation);
   clocks_redone_ += std::max<int64_t>(0, from - clock);
   if (compressor_ != nullptr) {
@@ -106,7 +104,7 @@ Status Trainer::SkipToBarrier(int64_t* step) {
   if (target <= *step) return Status::OK();
   if (boundary_ != nullptr && boundary_->Pending(target)) return Status::OK();
   const int64_t skipped = target - *step;
-  OSPREY_RETURN_IF_ERROR(data_->Skip(skipped * job_.train.batch_size * std::max(1, job_.train.accumulate_steps)));
+  OSPREY_RETURN_IF_ERROR(data_->Skip(skipped * SamplesPerStep()));
   skipped_.emplace_back(*step, target);
   OSPREY_LOG_DEBUG("worker {} left the step barrier: skips clocks {}..{} to the others' clock {}", rank_, *step,
                    target - 1, target);
