@@ -1,0 +1,407 @@
+#include "worker/cuda/ipc/ipc_allreduce.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "worker/cuda/cuda_check.cuh"
+
+namespace osprey::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kUnit = kThreads * 4;     // floats per unit: 4 per thread
+constexpr size_t kFlagBytes = size_t{64} << 10;  // the flag area, ahead of the two data halves
+static_assert(sizeof(uint32_t) * kIpcMaxBlocks * 2 * kIpcMaxRanks <= kFlagBytes, "flag area too small");
+
+// What a handle carries: the buffer and everything the peers must agree on.
+struct HandleWire {
+  char magic[8];
+  int32_t rank, size, blocks, pad;
+  uint64_t max_bytes, one_shot_max_bytes;
+  char bus_id[32];  // PCI bus id of the rank's GPU
+  cudaIpcMemHandle_t mem;
+};
+constexpr char kMagic[8] = {'O', 'S', 'P', 'I', 'P', 'C', '1', 0};
+
+struct Args {
+  float* data;
+  size_t n;
+  float* own;                              // this rank's half for this call
+  const float* peer[kIpcMaxRanks];         // every rank's half (peer[rank] == own)
+  uint32_t* my_flags;                      // flag area of this rank's buffer
+  uint32_t* peer_flags[kIpcMaxRanks];      // flag area of each rank's buffer
+  uint32_t* error;                         // local: (peer + 1) | phase << 8, then the epoch
+  uint32_t epoch;
+  int rank, size;
+  float scale;
+  bool average;
+  uint64_t timeout_ns;
+};
+
+__device__ __forceinline__ size_t FlagIndex(int block, int phase, int src) {
+  return (size_t{static_cast<unsigned>(block)} * 2 + phase) * kIpcMaxRanks + src;
+}
+
+__device__ __forceinline__ void StoreRelease(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t LoadAcquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t NowNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ bool Failed(const Args& a) { return *reinterpret_cast<volatile uint32_t*>(a.error) != 0; }
+
+// Whether the block has nothing to do in this call: the same answer in all its threads and, for
+// the units test, on every rank (so the blocks that meet at the barriers are the same everywhere).
+// A call after a failed one does nothing: its peers time out in turn.
+__device__ bool BlockSkips(const Args& a, size_t units) {
+  __shared__ int skip_sh;
+  if (threadIdx.x == 0) skip_sh = blockIdx.x >= units || Failed(a);
+  __syncthreads();
+  return skip_sh != 0;
+}
+
+// Block `blockIdx.x` of every rank meets here: thread p signals rank p (the rank's block has
+// written what the peers will read: the caller synchronized the block first), then waits for
+// rank p's signal. Returns false, the same in every thread, when some wait gave up.
+__device__ bool Barrier(const Args& a, int phase) {
+  __shared__ int ok_sh;
+  if (threadIdx.x == 0) ok_sh = 1;
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (p < a.size && p != a.rank) {
+    __threadfence_system();
+    StoreRelease(a.peer_flags[p] + FlagIndex(blockIdx.x, phase, a.rank), a.epoch);
+    const uint32_t* mine = a.my_flags + FlagIndex(blockIdx.x, phase, p);
+    const uint64_t start = NowNs();
+    // Epochs only grow; a peer may already be one call ahead, hence >= (wrap-safe).
+    while (static_cast<int32_t>(LoadAcquire(mine) - a.epoch) < 0) {
+      if (Failed(a)) {
+        ok_sh = 0;
+        break;
+      }
+      if (NowNs() - start > a.timeout_ns) {
+        if (atomicCAS(a.error, 0u, static_cast<uint32_t>(p + 1) | static_cast<uint32_t>(phase) << 8) == 0u) {
+          a.error[1] = a.epoch;
+        }
+        ok_sh = 0;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return ok_sh != 0;
+}
+
+// The 4 floats of this thread in unit u: [first, first + count).
+__device__ __forceinline__ size_t First(size_t u) { return u * kUnit + threadIdx.x * 4; }
+
+template <bool kVec>
+__device__ __forceinline__ void Load4(const float* p, size_t e, size_t n, float v[4]) {
+  if (kVec && e + 3 < n) {
+    const float4 q = *reinterpret_cast<const float4*>(p + e);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    return;
+  }
+  for (int c = 0; c < 4; ++c) v[c] = e + c < n ? p[e + c] : 0.0f;
+}
+
+template <bool kVec>
+__device__ __forceinline__ void Store4(float* p, size_t e, size_t n, const float v[4]) {
+  if (kVec && e + 3 < n) {
+    *reinterpret_cast<float4*>(p + e) = make_float4(v[0], v[1], v[2], v[3]);
+    return;
+  }
+  for (int c = 0; c < 4; ++c) {
+    if (e + c < n) p[e + c] = v[c];
+  }
+}
+
+// A peer's floats: cached in L2 only (the peer wrote them during this kernel).
+__device__ __forceinline__ void LoadPeer4(const float* p, size_t e, size_t n, float v[4]) {
+  if (e + 3 < n) {
+    const float4 q = __ldcg(reinterpret_cast<const float4*>(p + e));
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    return;
+  }
+  for (int c = 0; c < 4; ++c) v[c] = e + c < n ? __ldcg(p + e + c) : 0.0f;
+}
+
+// own[unit u] = data[unit u]. The halves are 16-byte aligned; data may not be (kVec false).
+template <bool kVec>
+__device__ __forceinline__ void CopyIn(const Args& a, size_t u) {
+  const size_t e = First(u);
+  if (e >= a.n) return;
+  float v[4];
+  Load4<kVec>(a.data, e, a.n, v);
+  Store4<true>(a.own, e, a.n, v);
+}
+
+// The sum over the ranks of unit u, in rank order (the same bits on every rank).
+__device__ __forceinline__ void SumUnit(const Args& a, size_t u, float s[4]) {
+  const size_t e = First(u);
+  for (int r = 0; r < a.size; ++r) {
+    float v[4];
+    LoadPeer4(a.peer[r], e, a.n, v);
+    for (int c = 0; c < 4; ++c) {
+      const float x = a.average ? v[c] * a.scale : v[c];
+      s[c] = r == 0 ? x : s[c] + x;
+    }
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads) OneShotKernel(Args a) {
+  const size_t units = (a.n + kUnit - 1) / kUnit;
+  if (BlockSkips(a, units)) return;
+  for (size_t u = blockIdx.x; u < units; u += gridDim.x) CopyIn<kVec>(a, u);
+  if (!Barrier(a, 0)) return;
+  for (size_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const size_t e = First(u);
+    if (e >= a.n) continue;
+    float s[4];
+    SumUnit(a, u, s);
+    Store4<kVec>(a.data, e, a.n, s);
+  }
+}
+
+// The rank whose slice unit u is in: slice s holds units [s * units / size, (s + 1) * units / size).
+__device__ __forceinline__ int SliceOf(size_t u, size_t units, int size) {
+  int s = static_cast<int>(u * size / units);
+  while (s + 1 < size && (s + 1) * units / size <= u) ++s;
+  while (s > 0 && s * units / size > u) --s;
+  return s;
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads) TwoShotKernel(Args a) {
+  const size_t units = (a.n + kUnit - 1) / kUnit;
+  if (BlockSkips(a, units)) return;
+  for (size_t u = blockIdx.x; u < units; u += gridDim.x) CopyIn<kVec>(a, u);
+  if (!Barrier(a, 0)) return;
+  // Reduce-scatter: this rank's slice, summed into its own half (the peers gather it from there).
+  for (size_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const size_t e = First(u);
+    if (e >= a.n || SliceOf(u, units, a.size) != a.rank) continue;
+    float s[4];
+    SumUnit(a, u, s);
+    Store4<true>(a.own, e, a.n, s);
+    Store4<kVec>(a.data, e, a.n, s);
+  }
+  if (!Barrier(a, 1)) return;
+  // All-gather: the other slices from their ranks.
+  for (size_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const size_t e = First(u);
+    const int s = SliceOf(u, units, a.size);
+    if (e >= a.n || s == a.rank) continue;
+    float v[4];
+    LoadPeer4(a.peer[s], e, a.n, v);
+    Store4<kVec>(a.data, e, a.n, v);
+  }
+}
+
+std::string BusId(int device) {
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device) != cudaSuccess) return "?";
+  return bus;
+}
+
+}  // namespace
+
+struct IpcAllreduce::Impl {
+  int device = 0;
+  int blocks = 0;
+  size_t half_bytes = 0;
+  char* base = nullptr;                       // this rank's buffer: flags, then two halves
+  char* peer_base[kIpcMaxRanks] = {};         // mapped peers' buffers (null for this rank)
+  uint32_t* d_error = nullptr;                // 2 words
+  ~Impl() {
+    for (char* p : peer_base) {
+      if (p != nullptr) (void)cudaIpcCloseMemHandle(p);
+    }
+    if (base != nullptr) (void)cudaFree(base);
+    if (d_error != nullptr) (void)cudaFree(d_error);
+  }
+  char* BaseOf(int r) const { return peer_base[r] != nullptr ? peer_base[r] : base; }
+};
+
+IpcAllreduce::IpcAllreduce(int rank, int size, const IpcAllreduceOptions& options, std::unique_ptr<Impl> impl)
+    : rank_(rank), size_(size), options_(options), impl_(std::move(impl)) {}
+
+IpcAllreduce::~IpcAllreduce() = default;
+
+StatusOr<std::unique_ptr<IpcAllreduce>> IpcAllreduce::Create(int rank, int size, const IpcAllreduceOptions& o) {
+  if (size < 2 || size > kIpcMaxRanks) {
+    return InvalidArgument("IPC allreduce: " + std::to_string(size) + " ranks (2 to " + std::to_string(kIpcMaxRanks) +
+                           " supported)");
+  }
+  if (rank < 0 || rank >= size) {
+    return InvalidArgument("IPC allreduce: rank " + std::to_string(rank) + " of " + std::to_string(size));
+  }
+  if (o.max_bytes == 0 || o.max_bytes % 4 != 0) {
+    return InvalidArgument("IPC allreduce: max_bytes " + std::to_string(o.max_bytes) + " (a positive multiple of 4)");
+  }
+  if (o.timeout_ms <= 0) return InvalidArgument("IPC allreduce: timeout_ms must be positive");
+  if (o.blocks < 0 || o.blocks > kIpcMaxBlocks) {
+    return InvalidArgument("IPC allreduce: blocks " + std::to_string(o.blocks) + " (0 to " +
+                           std::to_string(kIpcMaxBlocks) + ")");
+  }
+  auto impl = std::make_unique<Impl>();
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&impl->device));
+  int sms = 0;
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, impl->device));
+  impl->blocks = o.blocks > 0 ? o.blocks : std::min(sms, kIpcMaxBlocks);
+  impl->half_bytes = (o.max_bytes + 255) / 256 * 256;
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->base, kFlagBytes + 2 * impl->half_bytes));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(impl->base, 0, kFlagBytes));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->d_error, 2 * sizeof(uint32_t)));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(impl->d_error, 0, 2 * sizeof(uint32_t)));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // the flags are zero before any peer sees them
+  HandleWire w = {};
+  std::memcpy(w.magic, kMagic, sizeof(kMagic));
+  w.rank = rank;
+  w.size = size;
+  w.blocks = impl->blocks;
+  w.max_bytes = o.max_bytes;
+  w.one_shot_max_bytes = o.one_shot_max_bytes;
+  std::strncpy(w.bus_id, BusId(impl->device).c_str(), sizeof(w.bus_id) - 1);
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&w.mem, impl->base));
+  std::unique_ptr<IpcAllreduce> ar(new IpcAllreduce(rank, size, o, std::move(impl)));
+  ar->handle_.assign(reinterpret_cast<const char*>(&w), sizeof(w));
+  return StatusOr<std::unique_ptr<IpcAllreduce>>(std::move(ar));
+}
+
+Status IpcAllreduce::Connect(const std::vector<std::string>& handles) {
+  if (connected_) return FailedPrecondition("IPC allreduce: already connected");
+  if (handles.size() != static_cast<size_t>(size_)) {
+    return InvalidArgument("IPC allreduce: " + std::to_string(handles.size()) + " handles for " +
+                           std::to_string(size_) + " ranks");
+  }
+  const std::string mine = BusId(impl_->device);
+  for (int r = 0; r < size_; ++r) {
+    const std::string who = "IPC allreduce (rank " + std::to_string(rank_) + "): the handle of rank " +
+                            std::to_string(r);
+    HandleWire w;
+    if (handles[r].size() != sizeof(w)) {
+      return InvalidArgument(who + " has " + std::to_string(handles[r].size()) + " bytes, not " +
+                             std::to_string(sizeof(w)));
+    }
+    std::memcpy(&w, handles[r].data(), sizeof(w));
+    if (std::memcmp(w.magic, kMagic, sizeof(kMagic)) != 0) return InvalidArgument(who + " is not an IPC handle");
+    if (w.rank != r || w.size != size_) {
+      return InvalidArgument(who + " says rank " + std::to_string(w.rank) + " of " + std::to_string(w.size));
+    }
+    if (w.blocks != impl_->blocks || w.max_bytes != options_.max_bytes ||
+        w.one_shot_max_bytes != options_.one_shot_max_bytes) {
+      return InvalidArgument(who + " disagrees on blocks/max_bytes/one_shot_max_bytes (" + std::to_string(w.blocks) +
+                             "/" + std::to_string(w.max_bytes) + "/" + std::to_string(w.one_shot_max_bytes) +
+                             " vs " + std::to_string(impl_->blocks) + "/" + std::to_string(options_.max_bytes) + "/" +
+                             std::to_string(options_.one_shot_max_bytes) + ")");
+    }
+    if (r == rank_) continue;
+    const std::string theirs(w.bus_id, strnlen(w.bus_id, sizeof(w.bus_id)));
+    if (theirs != mine) {
+      int peer_device = -1;
+      int can = 0;
+      if (cudaDeviceGetByPCIBusId(&peer_device, theirs.c_str()) == cudaSuccess &&
+          cudaDeviceCanAccessPeer(&can, impl_->device, peer_device) == cudaSuccess && can == 0) {
+        return FailedPrecondition(who + ": GPU " + theirs + " has no peer access from GPU " + mine +
+                                  " (use NCCL for this host)");
+      }
+      (void)cudaGetLastError();
+    }
+    void* p = nullptr;
+    const cudaError_t err = cudaIpcOpenMemHandle(&p, w.mem, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return FailedPrecondition(who + ": cannot map its buffer on GPU " + theirs + " from GPU " + mine + ": " +
+                                cudaGetErrorString(err) + " (use NCCL for this host)");
+    }
+    impl_->peer_base[r] = static_cast<char*>(p);
+  }
+  connected_ = true;
+  return Status::OK();
+}
+
+Status IpcAllreduce::AllReduce(float* data, size_t count, bool average, void* stream) {
+  if (!failed_.ok()) return FailedPrecondition("IPC allreduce failed earlier: " + failed_.ToString());
+  if (!connected_) return FailedPrecondition("IPC allreduce: AllReduce before Connect");
+  if (count > options_.max_bytes / 4) {
+    return InvalidArgument("IPC allreduce: " + std::to_string(count) + " floats exceed max_bytes " +
+                           std::to_string(options_.max_bytes));
+  }
+  if (count == 0) return Status::OK();  // no barrier: every rank skips it alike
+  if (data == nullptr || reinterpret_cast<uintptr_t>(data) % 4 != 0) {
+    return InvalidArgument("IPC allreduce: data must be 4-byte aligned device memory");
+  }
+  Args a = {};
+  a.data = data;
+  a.n = count;
+  a.epoch = ++epoch_;
+  const size_t half = kFlagBytes + (a.epoch & 1u) * impl_->half_bytes;
+  for (int r = 0; r < size_; ++r) {
+    a.peer[r] = reinterpret_cast<const float*>(impl_->BaseOf(r) + half);
+    a.peer_flags[r] = reinterpret_cast<uint32_t*>(impl_->BaseOf(r));
+  }
+  a.own = reinterpret_cast<float*>(impl_->base + half);
+  a.my_flags = reinterpret_cast<uint32_t*>(impl_->base);
+  a.error = impl_->d_error;
+  a.rank = rank_;
+  a.size = size_;
+  a.average = average;
+  a.scale = 1.0f / static_cast<float>(size_);
+  a.timeout_ns = static_cast<uint64_t>(options_.timeout_ms) * 1000000ull;
+  const bool vec = reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  const bool one_shot = count * 4 <= options_.one_shot_max_bytes;
+  // Every rank launches the same grid: block b meets the peers' block b.
+  const int grid = impl_->blocks;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (one_shot) {
+    if (vec) OneShotKernel<true><<<grid, kThreads, 0, s>>>(a);
+    else OneShotKernel<false><<<grid, kThreads, 0, s>>>(a);
+  } else {
+    if (vec) TwoShotKernel<true><<<grid, kThreads, 0, s>>>(a);
+    else TwoShotKernel<false><<<grid, kThreads, 0, s>>>(a);
+  }
+  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::OK();
+}
+
+Status IpcAllreduce::Check(void* stream) {
+  if (!failed_.ok()) return failed_;
+  uint32_t err[2] = {0, 0};
+  cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  if (e == cudaSuccess) e = cudaMemcpy(err, impl_->d_error, sizeof(err), cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    // A fault in the kernel: most likely a peer's buffer went away with its process.
+    std::string peers;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) peers += (peers.empty() ? "rank " : ", rank ") + std::to_string(r);
+    }
+    failed_ = CudaStatus(e, "IPC allreduce", __FILE__, __LINE__)
+                  .WithContext("IPC allreduce: rank " + std::to_string(rank_) + " after call " + std::to_string(epoch_) +
+                               " (did a peer die? " + peers + ")");
+    return failed_;
+  }
+  if (err[0] == 0) return Status::OK();
+  const int peer = static_cast<int>(err[0] & 0xFFu) - 1;
+  const int phase = static_cast<int>(err[0] >> 8);
+  failed_ = DeadlineExceeded("IPC allreduce: rank " + std::to_string(rank_) + " waited more than " +
+                             std::to_string(options_.timeout_ms) + " ms for rank " + std::to_string(peer) +
+                             " at call " + std::to_string(err[1]) + (phase == 0 ? "" : " (all-gather barrier)") +
+                             ": the peer died, stopped, or made different calls");
+  return failed_;
+}
+
+}  // namespace osprey::cuda
