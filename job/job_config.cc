@@ -65,6 +65,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("plan_threads", &job->worker.plan_threads, 1, 64);
     s.Get("pull_threads", &job->worker.pull_threads, 1, 8);
     s.Get("nccl", &job->worker.nccl);
+    s.Get("host_allreduce", &job->worker.host_allreduce, {"nccl", "ipc", "auto"});
     s.Get("dense_bucket_bytes", &job->worker.dense_bucket_bytes, 4096, uint64_t{1} << 34);
     s.GetList("command", &job->worker.command);
     // GPU device-side dense compression.
@@ -93,6 +94,10 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
 Status Resolve(JobConfig* job) {
   const std::string& file = job->file;
   if (job->tables.empty()) return InvalidArgument(file + ": tables: at least one table is required");
+  if (job->worker.host_allreduce != "nccl" && !job->worker.nccl) {
+    return InvalidArgument(file + ": worker.host_allreduce: '" + job->worker.host_allreduce +
+                           "' reduces within the host group, which worker.nccl: false turns off");
+  }
   if (job->worker.data_pool_batches > 0 && job->data.source != "synthetic") {
     return InvalidArgument(file + ": worker.data_pool_batches: only synthetic data can be pooled, not data.source '" +
                            job->data.source + "'");

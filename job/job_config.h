@@ -82,6 +82,10 @@ struct WorkerSection {
   int pull_threads = 3;        // GPU: threads pulling consecutive steps' misses concurrently
   bool nccl = true;            // GPU workers on one host reduce dense gradients over NCCL and
                                // each pushes and pulls only the servers it owns (gpu_trainer.h)
+  // How a host group reduces a dense bucket (worker/gpu/allreduce_choice.h): nccl (reduce to the
+  // chunk owners), ipc (the CUDA IPC allreduce, worker/cuda/ipc; NCCL when the GPUs cannot reach
+  // each other), or auto (per bucket size, the faster of the two in a start-up calibration).
+  std::string host_allreduce = "nccl";
   uint64_t dense_bucket_bytes = 2 << 20;  // GPU: dense gradient buckets (whole chunks of the
                                           // dense table), sent while backward still runs
   WorkerCacheConfig cache;

@@ -243,6 +243,13 @@ TEST(JobConfigTest, WorkerSectionIsValidated) {
   ExpectError(kMinimal, {"worker.gpu=-2"}, "worker.gpu: value -2 is out of range");
   ExpectError(kMinimal, {"worker.data_threads=0"}, "worker.data_threads: value 0 is out of range");
   ExpectError(kMinimal, {"worker.nccl=maybe"}, "worker.nccl");
+  EXPECT_EQ(job->worker.host_allreduce, "nccl");
+  auto ipc = ParseJobConfig(kMinimal, "test.yaml", {"worker.host_allreduce=auto"});
+  ASSERT_TRUE(ipc.ok()) << ipc.status().ToString();
+  EXPECT_EQ(ipc->worker.host_allreduce, "auto");
+  ExpectError(kMinimal, {"worker.host_allreduce=nvls"}, "worker.host_allreduce: 'nvls' is not one of");
+  ExpectError(kMinimal, {"worker.host_allreduce=ipc", "worker.nccl=false"},
+              "worker.host_allreduce: 'ipc' reduces within the host group, which worker.nccl: false turns off");
   ExpectError(kMinimal, {"worker.cache.capacity_fraction=1.5"}, "worker.cache.capacity_fraction: value 1.5 is out of range");
   ExpectError(kMinimal, {"worker.cache.staleness_bound=-2"}, "worker.cache.staleness_bound: value -2 is out of range");
   ExpectError(kMinimal, {"worker.cache.rows=5"}, "worker.cache.rows: unknown key");
