@@ -62,6 +62,12 @@ Status GpuTrainer::Init() {
   OSPREY_RETURN_IF_ERROR(InitDevice());
   OSPREY_ASSIGN_OR_RETURN(host_group_, NcclHostGroup::Join(job_, rank_, host_, exchange_.num_servers(), device_name_));
   InitBuckets();
+  if (host_group_) {
+    size_t max_bytes = 0;
+    for (const DenseBucket& b : plan_.buckets) max_bytes = std::max(max_bytes, (b.end - b.begin) * sizeof(float));
+    OSPREY_RETURN_IF_ERROR(
+        host_group_->StartIpc(job_.worker.host_allreduce, max_bytes, job_.client.timeout_ms, comm_stream_));
+  }
   OSPREY_RETURN_IF_ERROR(InitBuffers());
   return InitData();
 }

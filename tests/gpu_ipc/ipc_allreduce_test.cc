@@ -142,6 +142,13 @@ int RunPeerDies(IpcAllreduce& ar, const std::string& dir) {
   if (cudaMalloc(&d, 4096 * sizeof(float)) != cudaSuccess) return 3;
   const auto t0 = std::chrono::steady_clock::now();
   Status st = ar.AllReduce(d, 4096, false, s);
+  cudaEvent_t done;
+  cudaEventCreate(&done);
+  cudaEventRecord(done, s);
+  cudaEventSynchronize(done);
+  Status polled = ar.Poll();  // what a loop that waits on an event sees, before Check
+  std::printf("poll: %s\n", polled.ToString().c_str());
+  if (polled.ok()) return 1;
   if (st.ok()) st = ar.Check(s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("rank 0 after %.2f s: %s\n", secs, st.ToString().c_str());

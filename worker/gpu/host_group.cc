@@ -1,25 +1,15 @@
 #include "worker/gpu/host_group.h"
 
-#ifdef OSPREY_HAVE_NCCL
-#include <nccl.h>
-#endif
-
 #include <algorithm>
 #include <cstring>
 
 #include "common/logging.h"
 #include "worker/cuda/cuda_check.cuh"
+#include "worker/gpu/host_group_comm.h"
 
 namespace osprey::worker::gpu {
 
 #ifdef OSPREY_HAVE_NCCL
-struct NcclHostGroup::Comm {
-  ncclComm_t comm = nullptr;
-  ~Comm() {
-    if (comm) ncclCommDestroy(comm);
-  }
-};
-
 namespace {
 
 // Local rank 0 makes the id, the coordinator hands it to the others.
@@ -41,15 +31,15 @@ StatusOr<ncclUniqueId> ExchangeId(const HostGroup& host) {
 }
 
 }  // namespace
-#else
-struct NcclHostGroup::Comm {};
 #endif
 
 NcclHostGroup::NcclHostGroup(std::unique_ptr<Comm> comm, int local_rank, int local_size, int servers)
     : comm_(std::move(comm)), local_rank_(local_rank), local_size_(local_size),
       own_servers_(OwnedServers(servers, local_rank, local_size)) {}
 
-NcclHostGroup::~NcclHostGroup() = default;
+NcclHostGroup::~NcclHostGroup() {
+  ipc_.reset();  // unmaps the peers' buffers while the communicator still holds the group
+}
 
 StatusOr<std::unique_ptr<NcclHostGroup>> NcclHostGroup::Join(const config::JobConfig& job, int rank,
                                                              const HostGroup& host, int servers,
@@ -90,8 +80,16 @@ StatusOr<std::unique_ptr<NcclHostGroup>> NcclHostGroup::Join(const config::JobCo
 #endif
 }
 
-Status NcclHostGroup::Reduce(const std::vector<OwnedRange>& ranges, float* d, cudaStream_t stream, int64_t step,
-                             int bucket) {
+Status NcclHostGroup::Reduce(const DenseBucket& bucket, float* d, cudaStream_t stream, int64_t step, int stage) {
+  const size_t floats = bucket.end - bucket.begin;
+  Status s = ipc_ && choice_.For(floats * sizeof(float)) == AllreducePath::kIpc
+                 ? ipc_->AllReduce(d + bucket.begin, floats, /*average=*/true, stream)
+                 : NcclReduce(bucket.ranges, d, stream);
+  if (s.ok()) return s;
+  return s.WithContext("step " + std::to_string(step) + ": reduce of dense bucket " + std::to_string(stage));
+}
+
+Status NcclHostGroup::NcclReduce(const std::vector<OwnedRange>& ranges, float* d, cudaStream_t stream) {
 #ifdef OSPREY_HAVE_NCCL
   ncclResult_t r = ncclGroupStart();
   for (const OwnedRange& g : ranges) {
@@ -100,13 +98,10 @@ Status NcclHostGroup::Reduce(const std::vector<OwnedRange>& ranges, float* d, cu
   }
   ncclResult_t end = ncclGroupEnd();
   if (r == ncclSuccess) r = end;
-  if (r != ncclSuccess) {
-    return Internal("step " + std::to_string(step) + ": NCCL reduce of dense bucket " + std::to_string(bucket) + ": " +
-                    ncclGetErrorString(r));
-  }
+  if (r != ncclSuccess) return Internal(std::string("NCCL: ") + ncclGetErrorString(r));
   return Status::OK();
 #else
-  (void)ranges, (void)d, (void)stream, (void)step, (void)bucket;
+  (void)ranges, (void)d, (void)stream;
   return Internal("host group without NCCL");
 #endif
 }

@@ -239,7 +239,7 @@ Status GpuTrainer::CommStep(int64_t step) {
       const DenseBucket& bucket = plan_.buckets[stage];
       float* d = g.d_dense.as<float>();
       OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.start, comm_stream_));
-      if (host_group_) OSPREY_RETURN_IF_ERROR(host_group_->Reduce(bucket.ranges, d, comm_stream_, step, stage));
+      if (host_group_) OSPREY_RETURN_IF_ERROR(host_group_->Reduce(bucket, d, comm_stream_, step, stage));
       OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev.end, comm_stream_));
       if (device_encoder_) {
         // The servers whose last bucket this is have all their chunks final on this stream.
@@ -273,6 +273,8 @@ Status GpuTrainer::PushStep(int64_t step) {
     OSPREY_RETURN_IF_ERROR(board_->WaitPosted(StageBoard::kEnqueued, step, i, &stage));
     const StageEvents& ev = g.events[stage];
     OSPREY_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ev.done));
+    // An IPC reduce that gave up on a peer left garbage in its bucket: it must not be pushed.
+    if (host_group_) OSPREY_RETURN_IF_ERROR(host_group_->PollIpc());
     if (stage == rows_stage()) {
       exchange_.PushRows(step, in->h_unique.as<uint64_t>(), in->num_unique, g.h_rows.as<float>(),
                          in->h_server_counts.as<int32_t>(), in->sparse_version);

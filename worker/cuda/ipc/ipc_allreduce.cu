@@ -33,6 +33,7 @@ struct Args {
   uint32_t* my_flags;                      // flag area of this rank's buffer
   uint32_t* peer_flags[kIpcMaxRanks];      // flag area of each rank's buffer
   uint32_t* error;                         // local: (peer + 1) | phase << 8, then the epoch
+  volatile uint32_t* host_error;           // mapped host memory: the same code, for Poll
   uint32_t epoch;
   int rank, size;
   float scale;
@@ -92,8 +93,12 @@ __device__ bool Barrier(const Args& a, int phase) {
         break;
       }
       if (NowNs() - start > a.timeout_ns) {
-        if (atomicCAS(a.error, 0u, static_cast<uint32_t>(p + 1) | static_cast<uint32_t>(phase) << 8) == 0u) {
+        const uint32_t code = static_cast<uint32_t>(p + 1) | static_cast<uint32_t>(phase) << 8;
+        if (atomicCAS(a.error, 0u, code) == 0u) {
           a.error[1] = a.epoch;
+          a.host_error[0] = code;
+          a.host_error[1] = a.epoch;
+          __threadfence_system();
         }
         ok_sh = 0;
         break;
@@ -226,7 +231,10 @@ struct IpcAllreduce::Impl {
   char* base = nullptr;                       // this rank's buffer: flags, then two halves
   char* peer_base[kIpcMaxRanks] = {};         // mapped peers' buffers (null for this rank)
   uint32_t* d_error = nullptr;                // 2 words
+  uint32_t* h_error = nullptr;                // 2 words of mapped host memory
+  uint32_t* h_error_dev = nullptr;            // their device address
   ~Impl() {
+    if (h_error != nullptr) (void)cudaFreeHost(h_error);
     for (char* p : peer_base) {
       if (p != nullptr) (void)cudaIpcCloseMemHandle(p);
     }
@@ -267,6 +275,9 @@ StatusOr<std::unique_ptr<IpcAllreduce>> IpcAllreduce::Create(int rank, int size,
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(impl->base, 0, kFlagBytes));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->d_error, 2 * sizeof(uint32_t)));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(impl->d_error, 0, 2 * sizeof(uint32_t)));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&impl->h_error, 2 * sizeof(uint32_t), cudaHostAllocMapped));
+  impl->h_error[0] = impl->h_error[1] = 0;
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&impl->h_error_dev, impl->h_error, 0));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // the flags are zero before any peer sees them
   HandleWire w = {};
   std::memcpy(w.magic, kMagic, sizeof(kMagic));
@@ -357,6 +368,7 @@ Status IpcAllreduce::AllReduce(float* data, size_t count, bool average, void* st
   a.own = reinterpret_cast<float*>(impl_->base + half);
   a.my_flags = reinterpret_cast<uint32_t*>(impl_->base);
   a.error = impl_->d_error;
+  a.host_error = impl_->h_error_dev;
   a.rank = rank_;
   a.size = size_;
   a.average = average;
@@ -378,6 +390,24 @@ Status IpcAllreduce::AllReduce(float* data, size_t count, bool average, void* st
   return Status::OK();
 }
 
+Status IpcAllreduce::Poll() {
+  if (!failed_.ok()) return failed_;
+  const volatile uint32_t* h = impl_->h_error;
+  const uint32_t code = h[0];
+  if (code == 0) return Status::OK();
+  return Failure(code, h[1]);
+}
+
+Status IpcAllreduce::Failure(uint32_t code, uint32_t epoch) {
+  const int peer = static_cast<int>(code & 0xFFu) - 1;
+  const int phase = static_cast<int>(code >> 8);
+  failed_ = DeadlineExceeded("IPC allreduce: rank " + std::to_string(rank_) + " waited more than " +
+                             std::to_string(options_.timeout_ms) + " ms for rank " + std::to_string(peer) +
+                             " at call " + std::to_string(epoch) + (phase == 0 ? "" : " (all-gather barrier)") +
+                             ": the peer died, stopped, or made different calls");
+  return failed_;
+}
+
 Status IpcAllreduce::Check(void* stream) {
   if (!failed_.ok()) return failed_;
   uint32_t err[2] = {0, 0};
@@ -395,13 +425,7 @@ Status IpcAllreduce::Check(void* stream) {
     return failed_;
   }
   if (err[0] == 0) return Status::OK();
-  const int peer = static_cast<int>(err[0] & 0xFFu) - 1;
-  const int phase = static_cast<int>(err[0] >> 8);
-  failed_ = DeadlineExceeded("IPC allreduce: rank " + std::to_string(rank_) + " waited more than " +
-                             std::to_string(options_.timeout_ms) + " ms for rank " + std::to_string(peer) +
-                             " at call " + std::to_string(err[1]) + (phase == 0 ? "" : " (all-gather barrier)") +
-                             ": the peer died, stopped, or made different calls");
-  return failed_;
+  return Failure(err[0], err[1]);
 }
 
 }  // namespace osprey::cuda

@@ -80,12 +80,18 @@ class IpcAllreduce {
   // and the call a barrier gave up on, or a CUDA error.
   Status Check(void* stream);
 
+  // Without waiting: DeadlineExceeded once a call that already ran gave up on a peer (its
+  // results are not to be used), OK otherwise. For a loop that already waits for the call's
+  // completion (an event) before it uses the results.
+  Status Poll();
+
   // Calls made so far (the epoch of the last one).
   uint32_t calls() const { return epoch_; }
 
  private:
   struct Impl;
   IpcAllreduce(int rank, int size, const IpcAllreduceOptions& options, std::unique_ptr<Impl> impl);
+  Status Failure(uint32_t code, uint32_t epoch);  // records and returns the DeadlineExceeded
 
   const int rank_, size_;
   const IpcAllreduceOptions options_;
