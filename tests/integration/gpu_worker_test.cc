@@ -224,6 +224,28 @@ TEST(GpuWorkerTest, TwoGpuHostGroupMatchesTheCpuJobInBsp) {
   EXPECT_NEAR(JsonNumber(gpu.json, "auc"), JsonNumber(cpu.json, "auc"), 0.002) << gpu.json << "\n" << cpu.json;
 }
 
+// worker.host_allreduce ipc and auto (issue 19): the buckets reduced by the CUDA IPC allreduce
+// (every bucket, or those the start-up calibration gives it) average to the same bits as NCCL's
+// reduce for two ranks, so the bsp job still matches the CPU job.
+TEST(GpuWorkerTest, TwoGpuHostGroupOverIpcMatchesTheCpuJobInBsp) {
+  Launch cpu;
+  for (const std::string mode : {"ipc", "auto"}) {
+    Launch gpu = LaunchJob("gpu2-bsp-" + mode, std::string(kBsp) + kSmallBuckets +
+                                                   " --set cluster.workers=2 --set worker.device=cuda"
+                                                   " --set worker.host_allreduce=" + mode);
+    SKIP_WITHOUT_GPU(gpu);
+    std::string logs = gpu.worker0 + ReadFile(gpu.logs + "/worker-1.log");
+    if (logs.find("share 1 visible GPUs") != std::string::npos) GTEST_SKIP() << "needs 2 GPUs";
+    if (logs.find("keeps NCCL for every bucket") != std::string::npos) GTEST_SKIP() << "no peer access: " << logs;
+    EXPECT_NE(logs.find("reduce by " + std::string(mode == "ipc" ? "ipc" : "auto:")), std::string::npos) << logs;
+    if (cpu.json.empty()) {
+      cpu = LaunchJob("cpu2-bsp-ipc", std::string(kBsp) + kSmallBuckets + " --set cluster.workers=2 --set worker.device=cpu");
+      ASSERT_EQ(cpu.rc, 0) << cpu.output;
+    }
+    EXPECT_NEAR(JsonNumber(gpu.json, "auc"), JsonNumber(cpu.json, "auc"), 0.002) << mode << "\n" << gpu.json;
+  }
+}
+
 // In async the host group applies one averaged dense step per host step where two CPU workers
 // apply two, so the runs differ by design; it must still train well.
 TEST(GpuWorkerTest, TwoGpuHostGroupTrainsInAsync) {
