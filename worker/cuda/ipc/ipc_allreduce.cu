@@ -166,12 +166,19 @@ __device__ __forceinline__ void SumUnit(const Args& a, size_t u, float s[4]) {
   }
 }
 
+// The start of both shapes: the block copies its units in and meets the peers' same block.
+// False when the block has nothing to do or a barrier gave up.
+template <bool kVec>
+__device__ bool CopyInAndMeet(const Args& a, size_t units) {
+  if (BlockSkips(a, units)) return false;
+  for (size_t u = blockIdx.x; u < units; u += gridDim.x) CopyIn<kVec>(a, u);
+  return Barrier(a, 0);
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) OneShotKernel(Args a) {
   const size_t units = (a.n + kUnit - 1) / kUnit;
-  if (BlockSkips(a, units)) return;
-  for (size_t u = blockIdx.x; u < units; u += gridDim.x) CopyIn<kVec>(a, u);
-  if (!Barrier(a, 0)) return;
+  if (!CopyInAndMeet<kVec>(a, units)) return;
   for (size_t u = blockIdx.x; u < units; u += gridDim.x) {
     const size_t e = First(u);
     if (e >= a.n) continue;
@@ -192,9 +199,7 @@ __device__ __forceinline__ int SliceOf(size_t u, size_t units, int size) {
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) TwoShotKernel(Args a) {
   const size_t units = (a.n + kUnit - 1) / kUnit;
-  if (BlockSkips(a, units)) return;
-  for (size_t u = blockIdx.x; u < units; u += gridDim.x) CopyIn<kVec>(a, u);
-  if (!Barrier(a, 0)) return;
+  if (!CopyInAndMeet<kVec>(a, units)) return;
   // Reduce-scatter: this rank's slice, summed into its own half (the peers gather it from there).
   for (size_t u = blockIdx.x; u < units; u += gridDim.x) {
     const size_t e = First(u);
