@@ -10,7 +10,7 @@
 // directory. With fewer GPUs than ranks NCCL cannot run (it refuses two ranks on one GPU) and
 // only IPC is timed, which then measures the GPU's time slicing between processes, not a link.
 //
-// Usage: osprey-bench-host-allreduce [--ranks N] [--min-bytes B] [--max-bytes B] [--runs R]
+// Usage: osprey-bench-host-allreduce [--ranks N] [--min-bytes B] [--max-bytes B] [--runs R] [--blocks K]
 //   Per size: median over --runs of the mean time of `iters` back-to-back calls (more calls for
 //   small messages), after warm-up calls.
 #include <cuda_runtime.h>
@@ -43,6 +43,7 @@ struct Options {
   int ranks = 0;  // 0: the visible GPUs, at least 2
   size_t min_bytes = 4096, max_bytes = size_t{256} << 20;
   int runs = 3;
+  int blocks = 0;  // IPC blocks per call (0: the library's default)
 };
 
 void Die(const std::string& what) {
@@ -131,6 +132,7 @@ int RunRank(int rank, int ranks, const std::string& dir, const Options& o) {
   }
   cuda::IpcAllreduceOptions io;
   io.max_bytes = o.max_bytes;
+  io.blocks = o.blocks;
   auto ipc = cuda::IpcAllreduce::Create(rank, ranks, io);
   if (!ipc.ok()) Die(ipc.status().ToString());
   Publish(dir + "/handle." + std::to_string(rank), (*ipc)->handle());
@@ -193,8 +195,9 @@ double BusGBps(size_t bytes, double us, int ranks) {
   return us > 0 ? bytes / (us * 1e3) * 2.0 * (ranks - 1) / ranks : 0;
 }
 
-void Print(const std::vector<Row>& rows, int ranks) {
-  std::printf("%d ranks; time per call (us) and busBw (GB/s), median of the runs\n", ranks);
+void Print(const std::vector<Row>& rows, int ranks, int blocks) {
+  std::printf("%d ranks, IPC blocks %s; time per call (us) and busBw (GB/s), median of the runs\n", ranks,
+              blocks > 0 ? std::to_string(blocks).c_str() : "default");
   std::printf("%12s %10s %9s %10s %9s %8s %6s %6s\n", "bytes", "nccl_us", "nccl_bw", "ipc_us", "ipc_bw", "ipc/nccl",
               "auto", "same");
   // What auto would pick: the calibration sizes (64 KiB x 4^k) of this run.
@@ -232,9 +235,10 @@ int Main(int argc, char** argv) {
     else if (k == "--min-bytes") o.min_bytes = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--max-bytes") o.max_bytes = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--runs") o.runs = std::atoi(v.c_str());
+    else if (k == "--blocks") o.blocks = std::atoi(v.c_str());
     else if (k == "--rank") rank = std::atoi(v.c_str());
     else if (k == "--dir") dir = v;
-    else Die("unknown flag " + k + " (flags: --ranks --min-bytes --max-bytes --runs)");
+    else Die("unknown flag " + k + " (flags: --ranks --min-bytes --max-bytes --runs --blocks)");
   }
   if (argc % 2 == 0) Die("flag " + std::string(argv[argc - 1]) + " needs a value");
   if (o.min_bytes < 4 || o.min_bytes % 4 != 0 || o.max_bytes < o.min_bytes || o.max_bytes % 4 != 0 || o.runs < 1) {
@@ -254,7 +258,8 @@ int Main(int argc, char** argv) {
     if (pid == 0) {
       std::vector<std::string> args = {"/proc/self/exe", "--rank", std::to_string(r), "--dir", dir,
                                        "--ranks", std::to_string(o.ranks), "--min-bytes", std::to_string(o.min_bytes),
-                                       "--max-bytes", std::to_string(o.max_bytes), "--runs", std::to_string(o.runs)};
+                                       "--max-bytes", std::to_string(o.max_bytes), "--runs", std::to_string(o.runs),
+                                       "--blocks", std::to_string(o.blocks)};
       std::vector<char*> c;
       for (std::string& a : args) c.push_back(a.data());
       c.push_back(nullptr);
@@ -273,7 +278,7 @@ int Main(int argc, char** argv) {
   const std::string raw = ReadAll(dir + "/rows");
   std::vector<Row> rows(raw.size() / sizeof(Row));
   std::memcpy(rows.data(), raw.data(), rows.size() * sizeof(Row));
-  Print(rows, o.ranks);
+  Print(rows, o.ranks, o.blocks);
   return 0;
 }
 

@@ -274,7 +274,7 @@ StatusOr<std::unique_ptr<IpcAllreduce>> IpcAllreduce::Create(int rank, int size,
   OSPREY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&impl->device));
   int sms = 0;
   OSPREY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, impl->device));
-  impl->blocks = o.blocks > 0 ? o.blocks : std::min(sms, kIpcMaxBlocks);
+  impl->blocks = o.blocks > 0 ? o.blocks : std::min({sms, 36, kIpcMaxBlocks});
   impl->half_bytes = (o.max_bytes + 255) / 256 * 256;
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&impl->base, kFlagBytes + 2 * impl->half_bytes));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(impl->base, 0, kFlagBytes));

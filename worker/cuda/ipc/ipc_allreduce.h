@@ -40,7 +40,11 @@ struct IpcAllreduceOptions {
   size_t max_bytes = size_t{64} << 20;          // the largest message (per half of the buffer)
   size_t one_shot_max_bytes = size_t{256} << 10;  // one-shot at or below, two-shot above
   int64_t timeout_ms = 10000;                   // how long a rank waits for a peer at a barrier
-  int blocks = 0;  // blocks per call (each meets its peers' same block); 0: the device's SM count
+  // Blocks per call (each meets its peers' same block). A waiting block spins on an SM that
+  // backward's kernels share, so fewer than the SMs; 0: min(36, SMs), vLLM's tuned custom
+  // allreduce default on A100/H100 NVLink (not yet tuned here: osprey bench host-allreduce
+  // --blocks sweeps it on a two-GPU machine).
+  int blocks = 0;
 };
 
 // Largest number of ranks and of blocks per call (the flag area is sized for them).
