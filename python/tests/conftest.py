@@ -43,6 +43,36 @@ def free_port():
         return s.getsockname()[1]
 
 
+def listens_on(pid, port):
+    """Whether process `pid` holds a listening TCP socket on `port` (Linux /proc): a stranger that
+    took the port first does not count."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(fields[9])
+    if not inodes:
+        return False
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
 def wait_for(cond, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -58,16 +88,14 @@ class Job:
     def __init__(self, tmp, servers=2, workers=1, mode="async", timeout_ms=5000,
                  sparse_opt="{type: sgd, lr: 0.1}", dense_opt="{type: sgd, lr: 0.1}", config_text=None,
                  restore=None, extra=""):
-        self.coordinator = f"tcp://127.0.0.1:{free_port()}"
         self.config = os.path.join(tmp, "job.yaml")
-        text = config_text or CONFIG.format(servers=servers, workers=workers, coordinator=self.coordinator,
-                                            mode=mode, timeout_ms=timeout_ms, sparse_opt=sparse_opt,
-                                            dense_opt=dense_opt) + extra
-        with open(self.config, "w") as f:
-            f.write(text)
+        self.text = lambda coordinator: config_text or CONFIG.format(
+            servers=servers, workers=workers, coordinator=coordinator, mode=mode, timeout_ms=timeout_ms,
+            sparse_opt=sparse_opt, dense_opt=dense_opt) + extra
         self.procs = {}
         self.logs = {}
         self.endpoints = {}  # server process name -> the endpoint it listens on
+        self.used_ports = set()
         self.tmp = tmp
         self.restore = restore  # a checkpoint directory the servers start from (--restore)
         self._start("coordinator", "osprey-coordinator")
@@ -75,17 +103,41 @@ class Job:
             self._start(f"server-{i}", "osprey-server")
 
     def _start(self, name, binary):
-        log = open(os.path.join(self.tmp, name + ".log"), "w")
-        self.logs[name] = log
-        args = [os.path.join(BIN_DIR, binary), "--config", self.config]
-        if binary == "osprey-coordinator":
-            args += ["--final-state", os.path.join(self.tmp, "final_state.pb")]
-        else:
-            self.endpoints[name] = f"tcp://127.0.0.1:{free_port()}"
-            args += ["--listen", self.endpoints[name]]
-            if self.restore:
-                args += ["--restore", self.restore]
-        self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        """Starts the process on a free port and waits until it listens there. A port taken by
+        another test between free_port() and the process's bind (ctest runs tests side by side)
+        makes the process exit with "address in use": it is started again on another port."""
+        for attempt in range(5):
+            port = free_port()
+            if port in self.used_ports:
+                continue
+            self.used_ports.add(port)
+            endpoint = f"tcp://127.0.0.1:{port}"
+            log_path = os.path.join(self.tmp, f"{name}.log")
+            log = open(log_path, "w")
+            self.logs[name] = log
+            args = [os.path.join(BIN_DIR, binary), "--config", self.config]
+            if binary == "osprey-coordinator":
+                self.coordinator = endpoint
+                with open(self.config, "w") as f:
+                    f.write(self.text(endpoint))
+                args += ["--final-state", os.path.join(self.tmp, "final_state.pb")]
+            else:
+                self.endpoints[name] = endpoint
+                args += ["--listen", endpoint]
+                if self.restore:
+                    args += ["--restore", self.restore]
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.procs[name] = proc
+            wait_for(lambda: proc.poll() is not None or listens_on(proc.pid, port), 30,
+                     f"{name} to listen on {endpoint}")
+            if proc.poll() is None:
+                return
+            log.close()
+            with open(log_path) as f:
+                out = f.read()
+            if "address in use" not in out:
+                raise AssertionError(f"{name} exited at start:\n{out}")
+        raise AssertionError(f"{name}: no free port after 5 attempts")
 
     def connect(self, **kw):
         import osprey
