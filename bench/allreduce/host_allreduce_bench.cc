@@ -3,7 +3,8 @@
 // (worker/cuda/ipc) in the same run, time per call and bus bandwidth (busBw = bytes / time x
 // 2 (n - 1) / n), the IPC/NCCL ratio, and what worker.host_allreduce: auto would pick from a
 // calibration at 64 KiB x 4^k (worker/gpu/allreduce_choice.h) with its cost against the faster
-// path at the sizes in between (sizes go up by 2x from --min-bytes). Each path's result is checked against the other's (bit for bit for two ranks).
+// path at the sizes in between (sizes go up by 2x from --min-bytes). Each size's sum and mean
+// are compared between the paths ("ulps s/m": the largest distance; two ranks must give 0 / <= 1).
 //
 // The ranks are real processes: this binary starts --ranks copies of itself (GPU rank % visible
 // devices), which exchange the NCCL id and the IPC handles through files in a temporary
@@ -104,8 +105,18 @@ double MeanMs(Fn fn, cudaStream_t s, int iters) {
 struct Row {
   size_t bytes;
   double nccl_us, ipc_us;  // nccl_us 0: not run
-  bool same;               // the two paths' results agree bit for bit
+  uint32_t sum_ulps, mean_ulps;  // largest distance between the two paths' results
 };
+
+// Distance in ulps between two floats (0: the same bits; NaN or opposite signs: UINT32_MAX).
+uint32_t UlpDistance(float x, float y) {
+  int32_t a, b;
+  std::memcpy(&a, &x, 4);
+  std::memcpy(&b, &y, 4);
+  if (a == b) return 0;
+  if (x != x || y != y || (a < 0) != (b < 0)) return UINT32_MAX;
+  return static_cast<uint32_t>(a > b ? a - b : b - a);
+}
 
 std::vector<size_t> Sizes(const Options& o) {
   std::vector<size_t> v;
@@ -160,20 +171,21 @@ int RunRank(int rank, int ranks, const std::string& dir, const Options& o) {
       }, s, iters));
     }
     if (Status st = (*ipc)->Check(s); !st.ok()) Die(st.ToString());
-    // The same input through both paths once more, compared.
-    bool same = true;
-    if (nccl) {
+    // The same input through both paths once more, sum and mean, compared: the largest distance
+    // in ulps (for two ranks the sum must be bit-exact and the mean within 1 ulp).
+    uint32_t ulps[2] = {0, 0};
+    for (int mean = 0; nccl && mean < 2; ++mean) {
       BENCH_CUDA(cudaMemcpy(a, h.data(), bytes, cudaMemcpyHostToDevice));
       BENCH_CUDA(cudaMemcpy(b, h.data(), bytes, cudaMemcpyHostToDevice));
-      BENCH_NCCL(ncclAllReduce(a, a, n, ncclFloat, ncclSum, comm, s));
-      if (Status st = (*ipc)->AllReduce(b, n, false, s); !st.ok()) Die(st.ToString());
+      BENCH_NCCL(ncclAllReduce(a, a, n, ncclFloat, mean ? ncclAvg : ncclSum, comm, s));
+      if (Status st = (*ipc)->AllReduce(b, n, mean == 1, s); !st.ok()) Die(st.ToString());
       if (Status st = (*ipc)->Check(s); !st.ok()) Die(st.ToString());
       std::vector<float> x(n), y(n);
       BENCH_CUDA(cudaMemcpy(x.data(), a, bytes, cudaMemcpyDeviceToHost));
       BENCH_CUDA(cudaMemcpy(y.data(), b, bytes, cudaMemcpyDeviceToHost));
-      same = std::memcmp(x.data(), y.data(), bytes) == 0;
+      for (size_t i = 0; i < n; ++i) ulps[mean] = std::max(ulps[mean], UlpDistance(x[i], y[i]));
     }
-    rows.push_back({bytes, nccl ? Median(tn) * 1e3 : 0, Median(ti) * 1e3, same});
+    rows.push_back({bytes, nccl ? Median(tn) * 1e3 : 0, Median(ti) * 1e3, ulps[0], ulps[1]});
   }
   if (rank == 0) {
     Publish(dir + "/rows", std::string(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(Row)));
@@ -198,8 +210,8 @@ double BusGBps(size_t bytes, double us, int ranks) {
 void Print(const std::vector<Row>& rows, int ranks, int blocks) {
   std::printf("%d ranks, IPC blocks %s; time per call (us) and busBw (GB/s), median of the runs\n", ranks,
               blocks > 0 ? std::to_string(blocks).c_str() : "default");
-  std::printf("%12s %10s %9s %10s %9s %8s %6s %6s\n", "bytes", "nccl_us", "nccl_bw", "ipc_us", "ipc_bw", "ipc/nccl",
-              "auto", "same");
+  std::printf("%12s %10s %9s %10s %9s %8s %6s %9s\n", "bytes", "nccl_us", "nccl_bw", "ipc_us", "ipc_bw", "ipc/nccl",
+              "auto", "ulps s/m");
   // What auto would pick: the calibration sizes (64 KiB x 4^k) of this run.
   std::vector<AllreduceTiming> cal;
   for (const Row& r : rows) {
@@ -213,9 +225,10 @@ void Print(const std::vector<Row>& rows, int ranks, int blocks) {
     const bool have_nccl = r.nccl_us > 0;
     const bool ipc = choice.ok() && choice->For(r.bytes) == AllreducePath::kIpc;
     if (have_nccl) worst = std::max(worst, (ipc ? r.ipc_us : r.nccl_us) / std::min(r.ipc_us, r.nccl_us));
-    std::printf("%12zu %10.1f %9.2f %10.1f %9.2f %8.2f %6s %6s\n", r.bytes, r.nccl_us, BusGBps(r.bytes, r.nccl_us, ranks),
+    const std::string ulps = have_nccl ? std::to_string(r.sum_ulps) + "/" + std::to_string(r.mean_ulps) : "-";
+    std::printf("%12zu %10.1f %9.2f %10.1f %9.2f %8.2f %6s %9s\n", r.bytes, r.nccl_us, BusGBps(r.bytes, r.nccl_us, ranks),
                 r.ipc_us, BusGBps(r.bytes, r.ipc_us, ranks), have_nccl ? r.nccl_us / r.ipc_us : 0.0,
-                have_nccl ? (ipc ? "ipc" : "nccl") : "-", have_nccl ? (r.same ? "yes" : "NO") : "-");
+                have_nccl ? (ipc ? "ipc" : "nccl") : "-", ulps.c_str());
   }
   if (choice.ok() && !cal.empty()) {
     std::printf("auto (calibrated at 64 KiB x 4^k): %s\nauto's worst cost vs the faster path: %.1f%%\n",
