@@ -42,14 +42,6 @@ MovePlan PlanKeyMoves(uint32_t table, const uint64_t* keys, size_t n, int self, 
   return plan;
 }
 
-MovePlan PlanChunkMoves(uint32_t table, const uint64_t* chunks, size_t n, int self, int to_servers) {
-  MovePlan plan = NewPlan(self, to_servers);
-  for (size_t i = 0; i < n; ++i) {
-    Assign(&plan, self, chunks[i], ServerForChunk(table, chunks[i], to_servers));
-  }
-  return plan;
-}
-
 std::vector<uint64_t> OwnedChunks(uint32_t table, uint64_t num_chunks, int rank, int servers) {
   std::vector<uint64_t> owned;
   for (uint64_t c = 0; c < num_chunks; ++c) {

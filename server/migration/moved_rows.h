@@ -12,7 +12,7 @@
 namespace osprey::server::migration {
 
 // The records of one table that server `self` must send away: by_dest[d] holds, in input order,
-// the keys (or chunk ids) whose owner at `to_servers` is d (by_dest[self] stays empty); `kept`
+// the keys whose owner at `to_servers` is d (by_dest[self] stays empty); `kept`
 // counts the others. by_dest has max(to_servers, self + 1) entries.
 struct MovePlan {
   std::vector<std::vector<uint64_t>> by_dest;
@@ -22,8 +22,6 @@ struct MovePlan {
 
 // Sparse: keys[0, n) of `table`, all held by `self`.
 MovePlan PlanKeyMoves(uint32_t table, const uint64_t* keys, size_t n, int self, int to_servers);
-// Dense: chunk ids[0, n) of `table`, all held by `self`.
-MovePlan PlanChunkMoves(uint32_t table, const uint64_t* chunks, size_t n, int self, int to_servers);
 // The chunks of a dense table of `num_chunks` chunks that `rank` owns among `servers` (ascending).
 std::vector<uint64_t> OwnedChunks(uint32_t table, uint64_t num_chunks, int rank, int servers);
 
