@@ -21,6 +21,7 @@
 #include "job/node_flags.h"
 #include "common/incarnation.h"
 #include "common/logging.h"
+#include "common/cpu_affinity.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
 #include "coordinator/coordinator_client.h"
@@ -210,7 +211,13 @@ int main(int argc, char** argv) {
   if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-server", &loaded); rc >= 0) return rc;
   config::JobConfig* job = &loaded;
   TuneMallocForLargeMessages();
+  const Status pinned = PinProcessToList(job->cluster.server_cpus);  // before any thread exists
   (void)InitLogging(job->log_level, "server");
+  if (!pinned.ok()) {
+    (void)Fail(pinned, "cluster.server_cpus");
+    return 2;  // a config error: the launcher does not restart it
+  }
+  if (!job->cluster.server_cpus.empty()) OSPREY_LOG_INFO("runs on CPUs {}", FormatCpuList(AllowedCpus()));
   config::LogSecurityMode(job->security);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);

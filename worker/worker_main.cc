@@ -23,6 +23,7 @@
 #include "common/incarnation.h"
 #include "common/placement.h"  // Mix64
 #include "common/logging.h"
+#include "common/cpu_affinity.h"
 #include "common/malloc_tuning.h"
 #include "common/rdma/data_transport.h"
 #include "common/throttled_transport.h"
@@ -237,7 +238,13 @@ int main(int argc, char** argv) {
   if (int rc = config::ParseFlagsAndLoad(&app, argc, argv, flags, "osprey-worker", &loaded); rc >= 0) return rc;
   const config::JobConfig& job = loaded;
   TuneMallocForLargeMessages();
+  const Status pinned = PinProcessToList(job.cluster.worker_cpus);  // before any thread exists
   (void)InitLogging(job.log_level, "worker");
+  if (!pinned.ok()) {
+    (void)Fail(pinned, "cluster.worker_cpus");
+    return 2;  // a config error: the launcher does not restart it
+  }
+  if (!job.cluster.worker_cpus.empty()) OSPREY_LOG_INFO("runs on CPUs {}", FormatCpuList(AllowedCpus()));
   config::LogSecurityMode(job.security);
   auto coord_options =
       config::MakeTransportOptions(job.security, PeerRole::kWorker, PeerRole::kCoordinator);

@@ -1,6 +1,9 @@
 #include "common/config/cluster_config.h"
 
+#include <utility>
+
 #include "common/config/yaml_fields.h"
+#include "common/cpu_affinity.h"
 
 namespace osprey::config {
 
@@ -24,6 +27,13 @@ void ParseCluster(YamlFields& f, ClusterConfig* c) {
   f.Get("coordinator_outage_ms", &c->coordinator_outage_ms, 0, 86400000);
   f.Get("io_threads", &c->io_threads, 1, 64);
   f.Get("server_replace_timeout_ms", &c->server_replace_timeout_ms, 0, 86400000);
+  f.Get("server_cpus", &c->server_cpus);
+  f.Get("worker_cpus", &c->worker_cpus);
+  for (const auto& [key, list] : {std::pair{"server_cpus", &c->server_cpus}, std::pair{"worker_cpus", &c->worker_cpus}}) {
+    if (!f.ok()) break;
+    auto cpus = ParseCpuList(*list);
+    if (!cpus.ok()) f.Fail(key, cpus.status().message());
+  }
   if (f.ok() && c->heartbeat_timeout_ms <= c->heartbeat_interval_ms) {
     f.Fail("heartbeat_timeout_ms", "must be larger than heartbeat_interval_ms (" +
                                        std::to_string(c->heartbeat_interval_ms) + ")");

@@ -42,6 +42,10 @@ struct ClusterConfig {
   // --rank R`; the job fails naming it only when no replacement registered within this. 0: a
   // dead server fails the job at once.
   int server_replace_timeout_ms = 60000;
+  // CPUs (a cpuset list, "0-3,8") each osprey-server / osprey-worker process runs on; "": any.
+  // Keeps servers off the cores of a worker's pipeline threads on a shared host (issue 17). Every
+  // process of the role gets the whole list (several servers share it).
+  std::string server_cpus, worker_cpus;
 };
 
 struct PsConfig {

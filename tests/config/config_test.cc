@@ -244,6 +244,10 @@ TEST(JobConfigTest, WorkerSectionIsValidated) {
   ExpectError(kMinimal, {"worker.data_threads=0"}, "worker.data_threads: value 0 is out of range");
   ExpectError(kMinimal, {"worker.nccl=maybe"}, "worker.nccl");
   EXPECT_EQ(job->worker.host_allreduce, "nccl");
+  auto pinned = ParseJobConfig(kMinimal, "test.yaml", {"cluster.server_cpus=0-1,4", "cluster.worker_cpus=2"});
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_EQ(pinned->cluster.server_cpus, "0-1,4");
+  ExpectError(kMinimal, {"cluster.worker_cpus=3-1"}, "cluster.worker_cpus: '3-1' is not a range low-high");
   auto ipc = ParseJobConfig(kMinimal, "test.yaml", {"worker.host_allreduce=auto"});
   ASSERT_TRUE(ipc.ok()) << ipc.status().ToString();
   EXPECT_EQ(ipc->worker.host_allreduce, "auto");
