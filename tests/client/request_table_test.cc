@@ -3,6 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 namespace osprey::worker {
@@ -19,6 +27,22 @@ class CountingSink final : public ReplySink {
  private:
   int* delivered_;
 };
+
+// Waits (bounded, 10 s) until the thread *tid (0 until it sets it) is asleep ('S' in
+// /proc/self/task/TID/stat).
+bool WaitUntilSleeping(const std::atomic<pid_t>* tid) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (*tid != 0) {
+      std::ifstream f("/proc/self/task/" + std::to_string(tid->load()) + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const size_t paren = stat.rfind(')');  // the name may hold spaces; the state follows it
+      if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'S') return true;
+    }
+    std::this_thread::yield();
+  }
+  return false;
+}
 
 proto::Header Reply(uint64_t request_id, uint64_t version = 0) {
   proto::Header h;
@@ -70,6 +94,37 @@ TEST(RequestTableTest, AFullWindowFailsTheTicketAtItsDeadline) {
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("no reply within 100 ms"), std::string::npos) << s.ToString();
   EXPECT_EQ(table.stats().bytes_pushed, 10u);
+}
+
+// A reply wakes waiters only for what they wait on (OnReply): here the first reply of a ticket of
+// two leaves that ticket open but frees the full window, and the blocked Admit must be woken for
+// the slot. Without that wake it would sleep out its 30 s deadline (and then find the room): the
+// check is that it came back within half of that, a hang bound, not a speed figure.
+TEST(RequestTableTest, AReplyThatFreesTheFullWindowWakesTheBlockedAdmit) {
+  RequestTable table(30000, 2, 2, Name);
+  Ticket first = table.Open(proto::OP_PUSH_DENSE, 0);
+  const uint64_t a = table.Admit(first, 0, 0, nullptr, 10);
+  const uint64_t b = table.Admit(first, 1, 0, nullptr, 10);
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  Ticket second = table.Open(proto::OP_PUSH_DENSE, 0);
+  uint64_t admitted = 0;
+  std::atomic<pid_t> tid{0};
+  std::thread admit([&] {
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    admitted = table.Admit(second, 0, 0, nullptr, 10);
+  });
+  // The reply comes once the admitting thread sleeps on the full window (its only wait there).
+  ASSERT_TRUE(WaitUntilSleeping(&tid));
+  const auto replied = std::chrono::steady_clock::now();
+  table.OnReply(Reply(a), Buffer());
+  admit.join();
+  EXPECT_NE(admitted, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - replied, std::chrono::seconds(15)) << "the Admit was not woken";
+  table.OnReply(Reply(b), Buffer());
+  table.OnReply(Reply(admitted), Buffer());
+  EXPECT_TRUE(table.Wait(first).ok());
+  EXPECT_TRUE(table.Wait(second).ok());
 }
 
 TEST(RequestTableTest, WaitReadyIsFalseUntilEveryReplyAndDeadlinesNameTheSilentServer) {

@@ -89,12 +89,14 @@ void RequestTable::OnBadReply() {
 }
 
 void RequestTable::OnReply(const proto::Header& header, Buffer values) {
+  bool wake = false;
   {
     MutexLock lock(&mu_);
     auto it = pending_.find(header.request_id());
     if (it == pending_.end()) return;  // its ticket already finished (timeout or error)
     std::unique_ptr<Request> r = std::move(it->second);
     pending_.erase(it);
+    const bool was_full = inflight_ >= max_inflight_;  // an Admit may be waiting for room
     --inflight_;
     TicketState* t = tickets_[r->ticket].get();
     --t->remaining;
@@ -119,8 +121,11 @@ void RequestTable::OnReply(const proto::Header& header, Buffer values) {
     if (s.ok() && t->table < versions_.size()) {
       versions_[t->table] = std::max(versions_[t->table], header.version());
     }
+    // Only what a waiter waits for wakes it: its ticket done or failed, or room in the window.
+    // A ticket of 16 servers' messages no longer wakes its waiter 15 times for nothing.
+    wake = was_full || t->remaining == 0 || !t->status.ok();
   }
-  cv_.SignalAll();  // after unlocking, so the woken waiter does not block on mu_ again
+  if (wake) cv_.SignalAll();  // after unlocking, so the woken waiter does not block on mu_ again
 }
 
 std::string RequestTable::SilentServersLocked(Ticket ticket) const {
