@@ -47,10 +47,13 @@ struct Options {
   int blocks = 0;  // IPC blocks per call (0: the library's default)
 };
 
-void Die(const std::string& what) {
+void Die(const std::string& what, int code = 1) {
   std::fprintf(stderr, "osprey-bench-host-allreduce: %s\n", what.c_str());
-  std::exit(1);
+  std::exit(code);
 }
+
+// A bad flag: exit status 2, as every osprey binary uses for usage errors.
+void Usage(const std::string& what) { Die(what, 2); }
 
 #define BENCH_CUDA(x)                                                                       \
   do {                                                                                      \
@@ -251,16 +254,19 @@ int Main(int argc, char** argv) {
     else if (k == "--blocks") o.blocks = std::atoi(v.c_str());
     else if (k == "--rank") rank = std::atoi(v.c_str());
     else if (k == "--dir") dir = v;
-    else Die("unknown flag " + k + " (flags: --ranks --min-bytes --max-bytes --runs --blocks)");
+    else Usage("unknown flag " + k + " (flags: --ranks --min-bytes --max-bytes --runs --blocks)");
   }
-  if (argc % 2 == 0) Die("flag " + std::string(argv[argc - 1]) + " needs a value");
+  if (argc % 2 == 0) Usage("flag " + std::string(argv[argc - 1]) + " needs a value");
   if (o.min_bytes < 4 || o.min_bytes % 4 != 0 || o.max_bytes < o.min_bytes || o.max_bytes % 4 != 0 || o.runs < 1) {
-    Die("--min-bytes and --max-bytes: multiples of 4, min <= max; --runs >= 1");
+    Usage("--min-bytes and --max-bytes: multiples of 4, min <= max; --runs >= 1");
+  }
+  if (o.blocks < 0 || o.blocks > cuda::kIpcMaxBlocks) {
+    Usage("--blocks: 0 (the default) to " + std::to_string(cuda::kIpcMaxBlocks));
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) Die("no CUDA device");
   if (o.ranks == 0) o.ranks = std::max(2, devices);
-  if (o.ranks < 2 || o.ranks > cuda::kIpcMaxRanks) Die("--ranks: 2 to " + std::to_string(cuda::kIpcMaxRanks));
+  if (o.ranks < 2 || o.ranks > cuda::kIpcMaxRanks) Usage("--ranks: 2 to " + std::to_string(cuda::kIpcMaxRanks));
   if (rank >= 0) return RunRank(rank, o.ranks, dir, o);
   char tmpl[] = "/tmp/osprey-allreduce-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");

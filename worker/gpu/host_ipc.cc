@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "common/stats.h"
+#include "worker/cuda/codec_kernels.h"  // DeviceBuffer
 #include "worker/cuda/cuda_check.cuh"
 #include "worker/gpu/host_group.h"
 #include "worker/gpu/host_group_comm.h"
@@ -45,25 +46,16 @@ StatusOr<double> MedianMs(Fn fn, cudaStream_t stream, int reps) {
   return Median(std::move(ms));
 }
 
-// A device scratch buffer, freed on every path.
-struct DeviceScratch {
-  void* p = nullptr;
-  ~DeviceScratch() {
-    if (p != nullptr) (void)cudaFree(p);
-  }
-};
-
 }  // namespace
 
 StatusOr<bool> NcclHostGroup::AllAgree(bool ok, cudaStream_t stream) {
 #ifdef OSPREY_HAVE_NCCL
-  DeviceScratch d;
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&d.p, sizeof(int32_t)));
+  OSPREY_ASSIGN_OR_RETURN(cuda::DeviceBuffer d, cuda::DeviceBuffer::Allocate(sizeof(int32_t)));
   int32_t v = ok ? 1 : 0;
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.p, &v, sizeof(v), cudaMemcpyHostToDevice));
-  OSPREY_RETURN_IF_ERROR(NcclStatus(ncclAllReduce(d.p, d.p, 1, ncclInt32, ncclMin, comm_->comm, stream), "agree"));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.data(), &v, sizeof(v), cudaMemcpyHostToDevice));
+  OSPREY_RETURN_IF_ERROR(NcclStatus(ncclAllReduce(d.data(), d.data(), 1, ncclInt32, ncclMin, comm_->comm, stream), "agree"));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(&v, d.p, sizeof(v), cudaMemcpyDeviceToHost));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(&v, d.data(), sizeof(v), cudaMemcpyDeviceToHost));
   return v == 1;
 #else
   (void)ok, (void)stream;
@@ -74,9 +66,8 @@ StatusOr<bool> NcclHostGroup::AllAgree(bool ok, cudaStream_t stream) {
 StatusOr<std::vector<std::string>> NcclHostGroup::GatherHandles(const std::string& mine, cudaStream_t stream) {
 #ifdef OSPREY_HAVE_NCCL
   const size_t bytes = mine.size();
-  DeviceScratch d;
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&d.p, bytes * local_size_));
-  char* base = static_cast<char*>(d.p);
+  OSPREY_ASSIGN_OR_RETURN(cuda::DeviceBuffer d, cuda::DeviceBuffer::Allocate(bytes * local_size_));
+  char* base = d.as<char>();
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + bytes * local_rank_, mine.data(), bytes, cudaMemcpyHostToDevice));
   OSPREY_RETURN_IF_ERROR(NcclStatus(
       ncclAllGather(base + bytes * local_rank_, base, bytes, ncclChar, comm_->comm, stream), "IPC handle all-gather"));
@@ -95,10 +86,9 @@ StatusOr<std::vector<std::string>> NcclHostGroup::GatherHandles(const std::strin
 StatusOr<AllreduceChoice> NcclHostGroup::Calibrate(size_t max_bytes, cudaStream_t stream) {
 #ifdef OSPREY_HAVE_NCCL
   constexpr int kReps = 5;
-  DeviceScratch buf;
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&buf.p, max_bytes));
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(buf.p, 0, max_bytes));
-  float* d = static_cast<float*>(buf.p);
+  OSPREY_ASSIGN_OR_RETURN(cuda::DeviceBuffer buf, cuda::DeviceBuffer::Allocate(max_bytes));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(buf.data(), 0, max_bytes));
+  float* d = buf.as<float>();
   const std::vector<size_t> sizes = CalibrationSizes(max_bytes);
   std::vector<double> ms;  // nccl, ipc per size
   for (size_t bytes : sizes) {
@@ -116,13 +106,12 @@ StatusOr<AllreduceChoice> NcclHostGroup::Calibrate(size_t max_bytes, cudaStream_
   }
   OSPREY_RETURN_IF_ERROR(ipc_->Check(stream));
   // The slowest rank's time per path and size, so every rank builds the same table.
-  DeviceScratch all;
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMalloc(&all.p, ms.size() * sizeof(double)));
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(all.p, ms.data(), ms.size() * sizeof(double), cudaMemcpyHostToDevice));
-  OSPREY_RETURN_IF_ERROR(NcclStatus(ncclAllReduce(all.p, all.p, ms.size(), ncclFloat64, ncclMax, comm_->comm, stream),
+  OSPREY_ASSIGN_OR_RETURN(cuda::DeviceBuffer all, cuda::DeviceBuffer::Allocate(ms.size() * sizeof(double)));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(all.data(), ms.data(), ms.size() * sizeof(double), cudaMemcpyHostToDevice));
+  OSPREY_RETURN_IF_ERROR(NcclStatus(ncclAllReduce(all.data(), all.data(), ms.size(), ncclFloat64, ncclMax, comm_->comm, stream),
                                     "calibration agreement"));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(ms.data(), all.p, ms.size() * sizeof(double), cudaMemcpyDeviceToHost));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpy(ms.data(), all.data(), ms.size() * sizeof(double), cudaMemcpyDeviceToHost));
   std::vector<AllreduceTiming> timings;
   for (size_t i = 0; i < sizes.size(); ++i) timings.push_back({sizes[i], ms[2 * i] * 1e3, ms[2 * i + 1] * 1e3});
   return AllreduceChoice::FromTimings(std::move(timings));
