@@ -34,10 +34,15 @@ grep -q "workers.yaml" "$tmp/type.out" || { cat "$tmp/type.out"; fail "the error
 VENV=$(bash "$SRC/deploy/venv.sh" | tail -n 1)
 "$VENV/bin/python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["job.yaml"])' \
   "$SRC/deploy/k8s/configmap.yaml" >"$tmp/job.yaml" || fail "cannot read job.yaml from the ConfigMap"
-"$BIN/osprey" launch "$tmp/job.yaml" --quiet --log-dir "$tmp/job" \
-  --set cluster.coordinator=tcp://127.0.0.1:0 --set cluster.host=127.0.0.1 \
-  --set security.keys_dir= --set train.steps=50 --set train.eval_samples=2000 >"$tmp/launch.out" 2>&1 ||
-  { tail -n 30 "$tmp/launch.out"; fail "the ConfigMap's job config does not run"; }
+# startup_timeout_ms: the pods' 10 minutes would outlast the launcher's stall timeout, so a node
+# that cannot register would never say why; here it fails within a minute, naming its error.
+if ! "$BIN/osprey" launch "$tmp/job.yaml" --quiet --log-dir "$tmp/job" \
+  --set cluster.coordinator=tcp://127.0.0.1:0 --set cluster.host=127.0.0.1 --set cluster.startup_timeout_ms=60000 \
+  --set security.keys_dir= --set train.steps=50 --set train.eval_samples=2000 >"$tmp/launch.out" 2>&1; then
+  tail -n 30 "$tmp/launch.out"
+  for log in "$tmp"/job/*.log; do echo "---- $log"; tail -n 15 "$log"; done
+  fail "the ConfigMap's job config does not run"
+fi
 grep -q "held-out AUC" "$tmp/launch.out" || fail "the ConfigMap's job printed no report"
 
 # components/redis: the servers' flags are a valid redis store config for the ConfigMap's job (an
