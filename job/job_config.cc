@@ -77,6 +77,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
       c.Get("capacity_rows", &job->worker.cache.capacity_rows, 0, (uint64_t{1} << 31) - 1);
       c.Get("capacity_fraction", &job->worker.cache.capacity_fraction, 0, 1);
       c.Get("staleness_bound", &job->worker.cache.staleness_bound, -1, int64_t{1} << 30);
+      c.Get("index", &job->worker.cache.index, {"device", "host"});
     });
   });
   f.Section("checkpoint", [&](YamlFields& s) { ParseCheckpoint(s, &job->checkpoint); });

@@ -65,6 +65,8 @@ struct WorkerCacheConfig {
                                    // capacity_rows 0: no reuse across steps (every row re-pulled)
   int64_t staleness_bound = -1;    // steps a cached row may lag; -1: the sparse table's (bsp 0,
                                    // ssp staleness_bound, async 4)
+  std::string index = "device";    // device: the index on the GPU (worker/gpu/cache_index.h);
+                                   // host: planned on worker.plan_threads host threads
 };
 
 struct WorkerSection {

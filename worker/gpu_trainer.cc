@@ -97,13 +97,16 @@ Status GpuTrainer::InitDevice() {
   device_name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
   size_t free_bytes = 0, total_bytes = 0;
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  OSPREY_RETURN_IF_ERROR(CheckCacheFits(opt_.cache.capacity_rows, dim_, free_bytes, device_name_));
-  OSPREY_ASSIGN_OR_RETURN(cache_, ShardedRowCache::Make(opt_.cache, opt_.plan_threads));
-  const double cache_bytes = static_cast<double>(opt_.cache.capacity_rows) * dim_ * sizeof(float);
-  OSPREY_LOG_INFO("worker {}: training on {} ({} MLPs); row cache {} rows ({:.1f} MiB, {} plan threads), staleness "
+  // The configured rows first (the error names what the user set), then with the device index's scratch.
+  OSPREY_RETURN_IF_ERROR(CheckCacheFits(opt_.device_index ? opt_.device_cache.capacity_rows : opt_.cache.capacity_rows,
+                                        dim_, free_bytes, device_name_));
+  OSPREY_RETURN_IF_ERROR(CheckCacheFits(CacheSlots(opt_), dim_, free_bytes, device_name_));
+  OSPREY_ASSIGN_OR_RETURN(cache_, CacheIndex::Make(opt_));
+  const double cache_bytes = static_cast<double>(CacheSlots(opt_)) * dim_ * sizeof(float);
+  OSPREY_LOG_INFO("worker {}: training on {} ({} MLPs); row cache {} rows ({:.1f} MiB, {}), staleness "
                   "bound {}, prefetch {}",
-                  rank_, device_name_, job_.worker.precision, opt_.cache.capacity_rows, cache_bytes / (1 << 20),
-                  opt_.plan_threads, opt_.cache.staleness_bound, job_.worker.prefetch ? "on" : "off");
+                  rank_, device_name_, job_.worker.precision, CacheSlots(opt_), cache_bytes / (1 << 20),
+                  cache_->Describe(), opt_.cache.staleness_bound, job_.worker.prefetch ? "on" : "off");
 
   cuda::GpuDlrmOptions mopt;
   OSPREY_ASSIGN_OR_RETURN(mopt.precision, cuda::ParseMlpPrecision(job_.worker.precision));
@@ -145,7 +148,7 @@ StepSizes GpuTrainer::sizes() const {
 }
 
 Status GpuTrainer::InitBuffers() {
-  OSPREY_RETURN_IF_ERROR(AllocateDevice<float>(&d_cache_, opt_.cache.capacity_rows * dim_, "row cache"));
+  OSPREY_RETURN_IF_ERROR(AllocateDevice<float>(&d_cache_, CacheSlots(opt_) * dim_, "row cache"));
   // Dedupe and the grouping by server run one after the other on plan_stream_: one workspace.
   const int max_ids = static_cast<int>(opt_.max_ids);
   workspace_bytes_ = std::max(cuda::DedupeWorkspaceBytes(max_ids),

@@ -3,7 +3,8 @@
 // reference (bench/reference/dlrm_torch.py) run on the same machine in the same invocation.
 //
 //   osprey bench dlrm [--config configs/bench-dlrm-kaggle.yaml] [--batches 2048,16384]
-//                     [--cache 1.0,0.1] [--gpus 1] [--steps 1000] [--runs 3] [--servers 8]
+//                     [--cache 1.0,0.1] [--cache-index device,host] [--gpus 1] [--steps 1000]
+//                     [--runs 3] [--servers 8]
 //                     [--reference bench/reference/dlrm_torch.py] [--ref-tables per-feature,fused]
 //                     [--json PATH] [--set k=v]...
 //
@@ -105,6 +106,7 @@ struct CaseResult {
   int gpus = 1;
   int batch = 0;
   double cache = 0;
+  std::string index = "device";         // worker.cache.index
   std::vector<double> samples_per_sec;  // per run
   std::string median_json;              // report of the median run
   bool ok = true;
@@ -124,6 +126,7 @@ int main(int argc, char** argv) {
   CLI::App app{"osprey bench dlrm: GPU DLRM training through Osprey vs an all-on-GPU PyTorch reference"};
   std::string config = "configs/bench-dlrm-kaggle.yaml";
   std::string batches = "2048,16384", caches = "1.0,0.1", gpus = "1", ref_tables = "per-feature,fused";
+  std::string indexes = "device";
   int steps = 1000, runs = 3, servers = 8;
   std::string reference = "bench/reference/dlrm_torch.py", json_path, bin_dir, work_dir = "/tmp/osprey-bench-dlrm";
   std::vector<std::string> sets;
@@ -131,6 +134,8 @@ int main(int argc, char** argv) {
   app.add_option("--batches", batches, "comma-separated batch sizes");
   app.add_option("--cache", caches, "comma-separated cache capacity fractions (0: no reuse)");
   app.add_option("--gpus", gpus, "comma-separated GPU worker counts");
+  app.add_option("--cache-index", indexes,
+                 "comma-separated worker.cache.index values (device, host); a case's runs alternate between them");
   app.add_option("--steps", steps, "training steps per run")->check(CLI::Range(10, 1000000));
   app.add_option("--runs", runs, "runs per case (median reported)")->check(CLI::Range(1, 100));
   app.add_option("--servers", servers, "server processes")->check(CLI::Range(1, 256));
@@ -163,6 +168,17 @@ int main(int argc, char** argv) {
   }
   if (batch_list.empty() || gpu_list.empty() || cache_list.empty()) {
     std::fprintf(stderr, "osprey bench dlrm: --batches, --gpus and --cache need at least one value\n");
+    return 2;
+  }
+  const std::vector<std::string> index_list = Split(indexes);
+  for (const auto& i : index_list) {
+    if (i != "device" && i != "host") {
+      std::fprintf(stderr, "osprey bench dlrm: --cache-index: '%s' is neither device nor host\n", i.c_str());
+      return 2;
+    }
+  }
+  if (index_list.empty()) {
+    std::fprintf(stderr, "osprey bench dlrm: --cache-index needs at least one value\n");
     return 2;
   }
   const std::vector<std::string> layouts = Split(ref_tables);
@@ -203,51 +219,65 @@ int main(int argc, char** argv) {
     return it == ref.end() ? std::string("n/a") : Num(100 * v / it->second, "%.0f%%");
   };
 
+  // One run of case r; a failure marks r failed (its later runs are skipped).
+  auto run_case = [&](CaseResult* r, std::vector<std::pair<double, std::string>>* reports, int run) {
+    char name[160];
+    std::snprintf(name, sizeof(name), "g%d-b%d-c%g-%s-r%d", r->gpus, r->batch, r->cache, r->index.c_str(), run);
+    std::string dir = work_dir + "/" + name;
+    std::string report = dir + ".json";
+    std::remove(report.c_str());
+    std::vector<std::string> cmd = {bin_dir + "/osprey", "launch", config, "--quiet", "--log-dir", dir,
+                                    "--report-json", report, "--bin-dir", bin_dir};
+    std::vector<std::string> case_sets = {
+        "cluster.workers=" + std::to_string(r->gpus), "cluster.servers=" + std::to_string(servers),
+        "train.batch_size=" + std::to_string(r->batch), "train.steps=" + std::to_string(steps),
+        "worker.cache.capacity_fraction=" + std::to_string(r->cache), "worker.cache.capacity_rows=0",
+        "worker.cache.index=" + r->index};
+    case_sets.insert(case_sets.end(), sets.begin(), sets.end());
+    for (const auto& s : case_sets) {
+      cmd.push_back("--set");
+      cmd.push_back(s);
+    }
+    std::fprintf(stderr, "case %s ...\n", name);
+    int rc = RunProcess(cmd, dir + ".log");
+    std::string json = ReadFile(report);
+    double sps = JsonNumber(json, "samples_per_sec");
+    if (rc != 0 || !std::isfinite(sps)) {
+      r->ok = false;
+      r->failure = "exit " + std::to_string(rc) + ", see " + dir + ".log and " + dir + "/";
+      return;
+    }
+    r->samples_per_sec.push_back(sps);
+    reports->emplace_back(sps, json);
+  };
+
   std::vector<CaseResult> results;
   bool all_ok = true;
   for (int g : gpu_list) {
     for (int b : batch_list) {
       for (double c : cache_list) {
-        CaseResult r;
-        r.gpus = g;
-        r.batch = b;
-        r.cache = c;
-        std::vector<std::pair<double, std::string>> reports;
-        for (int run = 0; run < runs && r.ok; ++run) {
-          char name[128];
-          std::snprintf(name, sizeof(name), "g%d-b%d-c%g-r%d", g, b, c, run);
-          std::string dir = work_dir + "/" + name;
-          std::string report = dir + ".json";
-          std::remove(report.c_str());
-          std::vector<std::string> cmd = {bin_dir + "/osprey", "launch", config, "--quiet", "--log-dir", dir,
-                                          "--report-json", report, "--bin-dir", bin_dir};
-          std::vector<std::string> case_sets = {
-              "cluster.workers=" + std::to_string(g), "cluster.servers=" + std::to_string(servers),
-              "train.batch_size=" + std::to_string(b), "train.steps=" + std::to_string(steps),
-              "worker.cache.capacity_fraction=" + std::to_string(c), "worker.cache.capacity_rows=0"};
-          case_sets.insert(case_sets.end(), sets.begin(), sets.end());
-          for (const auto& s : case_sets) {
-            cmd.push_back("--set");
-            cmd.push_back(s);
-          }
-          std::fprintf(stderr, "case %s ...\n", name);
-          int rc = RunProcess(cmd, dir + ".log");
-          std::string json = ReadFile(report);
-          double sps = JsonNumber(json, "samples_per_sec");
-          if (rc != 0 || !std::isfinite(sps)) {
-            r.ok = false;
-            r.failure = "exit " + std::to_string(rc) + ", see " + dir + ".log and " + dir + "/";
-            all_ok = false;
-            break;
-          }
-          r.samples_per_sec.push_back(sps);
-          reports.emplace_back(sps, json);
+        // The indexes' runs interleave (run 0 of each, then run 1, ...), so a drifting host shows in all.
+        std::vector<CaseResult> rs(index_list.size());
+        std::vector<std::vector<std::pair<double, std::string>>> reports(index_list.size());
+        for (size_t k = 0; k < index_list.size(); ++k) {
+          rs[k].gpus = g;
+          rs[k].batch = b;
+          rs[k].cache = c;
+          rs[k].index = index_list[k];
         }
-        if (r.ok && !reports.empty()) {
-          std::sort(reports.begin(), reports.end());
-          r.median_json = reports[reports.size() / 2].second;
+        for (int run = 0; run < runs; ++run) {
+          for (size_t k = 0; k < index_list.size(); ++k) {
+            if (rs[k].ok) run_case(&rs[k], &reports[k], run);
+          }
         }
-        results.push_back(r);
+        for (size_t k = 0; k < index_list.size(); ++k) {
+          all_ok = all_ok && rs[k].ok;
+          if (rs[k].ok && !reports[k].empty()) {
+            std::sort(reports[k].begin(), reports[k].end());
+            rs[k].median_json = reports[k][reports[k].size() / 2].second;
+          }
+          results.push_back(rs[k]);
+        }
       }
     }
   }
@@ -255,8 +285,9 @@ int main(int argc, char** argv) {
   // The table.
   std::printf("\nosprey bench dlrm: %s, %d steps per run, median of %d runs, %d servers\n", config.c_str(), steps,
               runs, servers);
-  std::printf("%-5s %-6s %-6s %12s %9s %9s %8s %8s %8s %8s %8s %9s %s\n", "gpus", "batch", "cache", "samples/s",
-              "vs fused", "vs perfeat", "wait%", "compute%", "push%", "nccl%", "hit%", "B/sample", "device");
+  std::printf("%-5s %-6s %-6s %-6s %12s %9s %9s %7s %8s %6s %6s %8s %8s %6s %9s %s\n", "gpus", "batch", "cache",
+              "index", "samples/s", "vs fused", "vs perfeat", "wait%", "compute%", "push%", "nccl%", "cache ms",
+              "pull ms", "hit%", "B/sample", "device");
   for (const auto& [key, v] : ref) {
     std::printf("%-5s %-6d %-6s %12.0f   PyTorch reference, all tables on the GPU, %s tables\n", "ref", key.second,
                 "all", v, key.first.c_str());
@@ -267,7 +298,7 @@ int main(int argc, char** argv) {
   std::string records;
   for (const auto& r : results) {
     if (!r.ok) {
-      std::printf("%-5d %-6d %-6g FAILED: %s\n", r.gpus, r.batch, r.cache, r.failure.c_str());
+      std::printf("%-5d %-6d %-6g %-6s FAILED: %s\n", r.gpus, r.batch, r.cache, r.index.c_str(), r.failure.c_str());
       continue;
     }
     const std::string& j = r.median_json;
@@ -276,21 +307,26 @@ int main(int argc, char** argv) {
     double push = JsonNumber(j, "time_push"), nccl = JsonNumber(j, "time_nccl");
     double total = wait + comp + push + nccl;
     auto pct = [&](double v) { return total > 0 ? Num(100 * v / total, "%.0f") : std::string("n/a"); };
-    std::printf("%-5d %-6d %-6g %12.0f %9s %9s %8s %8s %8s %8s %8s %9s %s\n", r.gpus, r.batch, r.cache, med,
-                vs_ref("fused", r.batch, med).c_str(), vs_ref("per-feature", r.batch, med).c_str(), pct(wait).c_str(), pct(comp).c_str(), pct(push).c_str(),
-                pct(nccl).c_str(), Num(100 * JsonNumber(j, "cache_hit_rate"), "%.1f").c_str(),
+    // The planner's cache stage and the pullers' pull stage, ms per step (each a per-worker total).
+    const double per_step = 1000.0 / steps;
+    std::printf("%-5d %-6d %-6g %-6s %12.0f %9s %9s %7s %8s %6s %6s %8s %8s %6s %9s %s\n", r.gpus, r.batch, r.cache,
+                r.index.c_str(), med, vs_ref("fused", r.batch, med).c_str(),
+                vs_ref("per-feature", r.batch, med).c_str(), pct(wait).c_str(), pct(comp).c_str(), pct(push).c_str(),
+                pct(nccl).c_str(), Num(per_step * JsonNumber(j, "prefetch_cache"), "%.2f").c_str(),
+                Num(per_step * JsonNumber(j, "prefetch_pull"), "%.2f").c_str(),
+                Num(100 * JsonNumber(j, "cache_hit_rate"), "%.1f").c_str(),
                 Num(JsonNumber(j, "bytes_per_sample"), "%.0f").c_str(), JsonString(j, "device").c_str());
     std::string runs_list;
     for (double v : r.samples_per_sec) runs_list += (runs_list.empty() ? "" : ", ") + Num(v, "%.0f");
     char rec[1024];
     std::snprintf(rec, sizeof(rec),
-                  "  {\"case\": \"osprey\", \"gpus\": %d, \"batch\": %d, \"cache_fraction\": %g, "
+                  "  {\"case\": \"osprey\", \"gpus\": %d, \"batch\": %d, \"cache_fraction\": %g, \"cache_index\": \"%s\", "
                   "\"samples_per_sec\": %s, \"runs\": [%s], \"reference_samples_per_sec\": %s, "
                   "\"fused_reference_samples_per_sec\": %s, "
                   "\"time_wait_input\": %s, \"time_compute\": %s, \"time_push\": %s, \"time_nccl\": %s, "
                   "\"prefetch_read\": %s, \"prefetch_dedupe\": %s, \"prefetch_cache\": %s, \"prefetch_pull\": %s, "
                   "\"cache_hit_rate\": %s, \"bytes_per_sample\": %s, \"device\": \"%s\"}",
-                  r.gpus, r.batch, r.cache, Num(med, "%.0f").c_str(), runs_list.c_str(),
+                  r.gpus, r.batch, r.cache, r.index.c_str(), Num(med, "%.0f").c_str(), runs_list.c_str(),
                   ref.count({"per-feature", r.batch}) ? Num(ref[{"per-feature", r.batch}], "%.0f").c_str() : "null",
                   ref.count({"fused", r.batch}) ? Num(ref[{"fused", r.batch}], "%.0f").c_str() : "null",
                   Num(wait, "%.3f").c_str(),

@@ -257,6 +257,10 @@ TEST(JobConfigTest, WorkerSectionIsValidated) {
   ExpectError(kMinimal, {"worker.cache.capacity_fraction=1.5"}, "worker.cache.capacity_fraction: value 1.5 is out of range");
   ExpectError(kMinimal, {"worker.cache.staleness_bound=-2"}, "worker.cache.staleness_bound: value -2 is out of range");
   ExpectError(kMinimal, {"worker.cache.rows=5"}, "worker.cache.rows: unknown key");
+  ExpectError(kMinimal, {"worker.cache.index=gpu"}, "worker.cache.index: 'gpu' is not one of");
+  auto host = ParseJobConfig(kMinimal, "test.yaml", {"worker.cache.index=host"});
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EXPECT_EQ(host->worker.cache.index, "host");
 }
 
 TEST(JobConfigTest, MissingFileIsNotFound) {

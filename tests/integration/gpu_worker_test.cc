@@ -91,6 +91,18 @@ TEST(GpuWorkerTest, CacheWithStalenessBoundZeroIsTheUncachedRun) {
   // last bits; the models must agree far tighter than any real change would.
   EXPECT_NEAR(JsonNumber(cached.json, "auc"), JsonNumber(plain.json, "auc"), 0.001);
   EXPECT_NEAR(JsonNumber(cached.json, "logloss"), JsonNumber(plain.json, "logloss"), 0.001);
+  // The same with the index planned on the host (worker.cache.index host), and the uncached run
+  // through the host index: both indexes are the uncached run.
+  Launch host = LaunchJob("gpu-cache0-host", std::string(kBsp) +
+                                               " --set worker.device=cuda --set worker.cache.capacity_fraction=0.1"
+                                               " --set worker.cache.staleness_bound=0 --set worker.cache.index=host");
+  ASSERT_EQ(host.rc, 0) << host.output << host.worker0;
+  EXPECT_NE(host.worker0.find("host index"), std::string::npos) << host.worker0;
+  EXPECT_NE(cached.worker0.find("device index"), std::string::npos) << cached.worker0;
+  EXPECT_EQ(JsonNumber(host.json, "cache_hits"), 0) << host.json;
+  EXPECT_EQ(JsonNumber(host.json, "rows_pulled"), JsonNumber(plain.json, "rows_pulled"));
+  EXPECT_NEAR(JsonNumber(host.json, "auc"), JsonNumber(plain.json, "auc"), 0.001);
+  EXPECT_NEAR(JsonNumber(host.json, "logloss"), JsonNumber(plain.json, "logloss"), 0.001);
 }
 
 TEST(GpuWorkerTest, CacheWithBoundHitsEvictsAndConverges) {
@@ -103,6 +115,12 @@ TEST(GpuWorkerTest, CacheWithBoundHitsEvictsAndConverges) {
   EXPECT_GT(JsonNumber(cached.json, "cache_evictions"), 0) << cached.json;
   EXPECT_LT(JsonNumber(cached.json, "rows_pulled"), 0.7 * JsonNumber(plain.json, "rows_pulled"));
   EXPECT_NEAR(JsonNumber(cached.json, "auc"), JsonNumber(plain.json, "auc"), 0.01) << cached.json;
+  // The host index under the same bound: hits as well, converges as well.
+  Launch host = LaunchJob("gpu-async-cache-host", " --set worker.device=cuda --set worker.cache.capacity_rows=20000"
+                                               " --set worker.cache.staleness_bound=4 --set worker.cache.index=host");
+  ASSERT_EQ(host.rc, 0) << host.output << host.worker0;
+  EXPECT_GT(JsonNumber(host.json, "cache_hit_rate"), 0.3) << host.json;
+  EXPECT_NEAR(JsonNumber(host.json, "auc"), JsonNumber(plain.json, "auc"), 0.01) << host.json;
 }
 
 TEST(GpuWorkerTest, PrefetchOffGivesTheSameModelInBsp) {

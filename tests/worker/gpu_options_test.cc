@@ -97,6 +97,30 @@ TEST(GpuOptionsTest, CapacityFractionNeedsAKnownKeySpace) {
   EXPECT_EQ(Resolve(job).cache.capacity_rows, 100u);
 }
 
+TEST(GpuOptionsTest, TheDeviceIndexGetsTheConfiguredRowsTheRingAndTheStepsKeys) {
+  config::JobConfig job = Job();
+  job.worker.cache.capacity_rows = 1000;
+  job.worker.cache.staleness_bound = 3;
+  GpuOptions o = Resolve(job);  // index: device, the default
+  EXPECT_TRUE(o.device_index);
+  EXPECT_EQ(o.device_cache.capacity_rows, 1000u);
+  EXPECT_EQ(o.device_cache.staleness_bound, 3);
+  EXPECT_EQ(o.device_cache.pinned_steps, o.ring);
+  EXPECT_EQ(o.device_cache.max_keys, static_cast<int>(o.max_ids));
+  // 31 sets of 32 ways (1000 rows round down), then one scratch row per key for each step in flight.
+  EXPECT_EQ(CacheSlots(o), 31u * 32 + static_cast<uint64_t>(o.ring) * o.max_ids);
+  job.worker.cache.index = "host";
+  o = Resolve(job);
+  EXPECT_FALSE(o.device_index);
+  EXPECT_EQ(CacheSlots(o), 1000u);
+  // No cache: the device index has no sets (every key in scratch, bound 0), the host one the ring.
+  job = Job();
+  o = Resolve(job);
+  EXPECT_EQ(o.device_cache.capacity_rows, 0u);
+  EXPECT_EQ(o.device_cache.staleness_bound, 0);
+  EXPECT_EQ(CacheSlots(o), static_cast<uint64_t>(o.ring) * o.max_ids);
+}
+
 TEST(GpuOptionsTest, NoCacheHoldsTheRingPlusAQuarterWithBoundZero) {
   config::JobConfig job = Job();
   job.tables[0].consistency.mode = config::ConsistencyMode::kAsync;  // no cache: bound 0 whatever the mode

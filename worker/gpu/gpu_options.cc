@@ -28,6 +28,8 @@ Status ResolveCache(const config::JobConfig& job, const config::TableConfig& spa
     o->cache.capacity_rows = std::max<uint64_t>(1, static_cast<uint64_t>(cc.capacity_fraction * key_space));
   }
   o->plan_threads = job.worker.plan_threads;
+  o->device_index = cc.index == "device";
+  o->device_cache.capacity_rows = o->cache.capacity_rows;  // 0: no reuse
   if (o->cache.capacity_rows == 0) {
     // No reuse: room for the steps in flight, plus a quarter for the uneven spread of keys over
     // the shards (each shard's load is within a few sqrt(load) of the mean; a quarter is ample
@@ -44,6 +46,12 @@ Status ResolveCache(const config::JobConfig& job, const config::TableConfig& spa
   } else {
     o->cache.staleness_bound = TableStalenessBound(sparse.consistency);
   }
+  o->device_cache.staleness_bound = o->cache.staleness_bound;
+  o->device_cache.pinned_steps = o->ring;
+  if (o->max_ids >= (size_t{1} << 31)) {
+    return InvalidArgument("train.batch_size: " + std::to_string(o->max_ids) + " ids a step, the GPU loop takes < 2^31");
+  }
+  o->device_cache.max_keys = static_cast<int>(o->max_ids);
   return Status::OK();
 }
 
@@ -100,6 +108,12 @@ std::string DeviceEncodeUnsupported(const codec::CodecConfig& c) {
   return "";
 }
 
+
+uint64_t CacheSlots(const GpuOptions& o) {
+  if (!o.device_index) return o.cache.capacity_rows;
+  return o.device_cache.capacity_rows / set_assoc::kWays * set_assoc::kWays +
+         static_cast<uint64_t>(o.device_cache.pinned_steps) * static_cast<uint64_t>(o.device_cache.max_keys);
+}
 
 Status CheckCacheFits(uint64_t capacity_rows, int dim, size_t free_bytes, const std::string& device_name) {
   const double cache_bytes = static_cast<double>(capacity_rows) * dim * sizeof(float);

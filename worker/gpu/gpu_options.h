@@ -17,6 +17,10 @@
 //              one plan thread; and staleness bound 0.
 //              staleness_bound (with a cache): worker.cache.staleness_bound when >= 0, else the
 //              sparse table's: bsp 0, ssp its consistency.staleness_bound, async 4.
+//              device_index (worker.cache.index device, the default): device_cache gets the
+//              configured capacity (0 with no cache: every key in the ring's scratch), the same
+//              bound, pinned_steps = ring and max_keys = max_ids; the host index's fields above
+//              are resolved either way.
 //   pulls      gate_pulls: in bsp/ssp (either table) a step's pulls wait until the previous
 //              step's pushes are sent.
 //   reader     synthetic data: worker.data_threads generators and a pool of
@@ -39,6 +43,7 @@
 #include "job/job_config.h"
 #include "common/status.h"
 #include "worker/cache/row_cache.h"
+#include "worker/cache/set_assoc_row_cache.h"
 #include "worker/gpu/batch_reader.h"
 
 namespace osprey::worker::gpu {
@@ -63,8 +68,10 @@ struct GpuOptions {
   size_t max_ids = 0;       // max_batch x sparse features: ids of a step
   int pull_threads = 2;
   int ring = 4;             // steps in flight: 2 + pull_threads
-  RowCacheOptions cache;    // capacity_rows, staleness_bound; pinned_steps = ring
-  int plan_threads = 1;     // shards of the cache index
+  RowCacheOptions cache;    // host index: capacity_rows, staleness_bound; pinned_steps = ring
+  int plan_threads = 1;     // host index: its shards
+  bool device_index = true; // worker.cache.index device (worker/gpu/cache_index.h)
+  SetAssocOptions device_cache;  // device index: capacity_rows (0: no reuse), the same bound, ring, max_ids
   bool gate_pulls = false;  // bsp/ssp
   size_t chunk_floats = 0;  // the dense table's chunk (num_dense_params when it has none)
   size_t bucket_floats = 0; // a dense gradient bucket: whole chunks
@@ -85,6 +92,9 @@ Status CheckGpuModel(const config::JobConfig& job);
 // source whose key space is unknown; Internal when the dense table's size in the shard map is not
 // the model's parameter count.
 StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuModelShape& shape);
+
+// Rows of the GPU's row array: the host index's capacity, or the device index's sets and scratch.
+uint64_t CacheSlots(const GpuOptions& o);
 
 // OK when a cache of capacity_rows x dim floats fits in 90% of free_bytes; otherwise
 // ResourceExhausted "worker.cache: R rows x D floats = X GiB do not fit in the Y GiB free on DEVICE".

@@ -53,7 +53,7 @@ Status GpuTrainer::Rewind(uint64_t generation, int64_t clock) {
   const int64_t from = step_.load();
   OSPREY_RETURN_IF_ERROR(StartAt(clock));
   // The cached rows were pulled before the servers went back to the cut: start empty.
-  OSPREY_ASSIGN_OR_RETURN(cache_, ShardedRowCache::Make(opt_.cache, opt_.plan_threads));
+  OSPREY_RETURN_IF_ERROR(cache_->Reset(plan_stream_));
   exchange_.client()->SetRollbackGeneration(generation);
   if (exchange_.compressor() != nullptr) {
     OSPREY_LOG_WARN("worker {}: the dense compressor's error feedback is not rolled back; the "
@@ -71,7 +71,7 @@ Status GpuTrainer::AtBoundary(int64_t step) {
   if (next != exchange_.client()) OSPREY_RETURN_IF_ERROR(SwitchClient(next));
   // The planner ran ahead of `step` (its plans of later steps were never trained) -- and with a new
   // map the cache's device memory is new: the row cache starts empty either way.
-  OSPREY_ASSIGN_OR_RETURN(cache_, ShardedRowCache::Make(opt_.cache, opt_.plan_threads));
+  OSPREY_RETURN_IF_ERROR(cache_->Reset(plan_stream_));
   return StartAt(step);
 }
 

@@ -29,11 +29,11 @@
 
 #include "job/job_config.h"
 #include "common/status.h"
-#include "worker/cache/sharded_row_cache.h"
 #include "worker/cuda/codec_kernels.h"
 #include "worker/cuda/dlrm/gpu_dlrm.h"
 #include "worker/gpu/batch_reader.h"
 #include "worker/gpu/bucket_plan.h"
+#include "worker/gpu/cache_index.h"
 #include "worker/gpu/device_encoder.h"
 #include "worker/gpu/gpu_options.h"
 #include "worker/gpu/host_group.h"
@@ -156,7 +156,7 @@ class GpuTrainer final : public TrainLoop {
   BucketPlan plan_;
   std::unique_ptr<cuda::GpuDlrm> model_;
   std::unique_ptr<models::Dlrm> cpu_model_;  // InitDense, sizes
-  std::unique_ptr<ShardedRowCache> cache_;   // the planner's
+  std::unique_ptr<CacheIndex> cache_;        // the planner's
   std::unique_ptr<BatchReader> reader_;
   // Dense compression on the device (opt_.encode_on_device): the comm thread enqueues each
   // server's encode once its last bucket is reduced, the pusher takes the frames.

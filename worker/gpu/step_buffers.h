@@ -78,9 +78,15 @@ struct StepInput {
   cuda::DeviceBuffer d_ids, d_unique;           // uint64_t
   cuda::DeviceBuffer d_row_index, d_slots, d_count, d_server_counts;  // int32_t
   cuda::DeviceBuffer d_dense, d_labels, d_params;  // float
-  // The cache misses of this step: planned by the planner stage, pulled by the puller stage.
+  // The cache misses of this step: planned by the planner stage (CacheIndex), pulled by the puller
+  // stage: num_misses keys at miss_key_ptr (the host index's miss_keys or h_miss_keys), their
+  // slots in d_miss_slots. miss_keys / miss_slots / h_slots / h_miss_slots: the host index's.
+  size_t num_misses = 0;
+  const uint64_t* miss_key_ptr = nullptr;
   std::vector<uint64_t> miss_keys;
   std::vector<int32_t> miss_slots;
+  cuda::PinnedBuffer h_miss_keys;  // uint64_t: the device index's misses
+  cuda::DeviceBuffer d_miss_keys;  // uint64_t
   cuda::PinnedBuffer h_miss_rows;   // float
   cuda::PinnedBuffer h_miss_slots;  // int32_t
   cuda::DeviceBuffer d_miss_rows;   // float

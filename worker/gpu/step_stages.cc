@@ -30,7 +30,8 @@ Status UploadBatch(const data::Batch& b, size_t ids, StepInput* in, cudaStream_t
 
 }  // namespace
 
-// Prefetch stage 1 of step `step`: the batch, its keys deduped on the device, the cache plan.
+// Prefetch stage 1 of step `step`: the batch, its keys deduped on the device, the cache plan
+// (on the device with worker.cache.index device: then only the miss keys come back).
 // Device work goes to plan_stream_.
 Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   auto t0 = Clock::now();
@@ -79,8 +80,7 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   Count(StepMetrics::kDedupe, dedupe_s);
 
   auto t2 = Clock::now();
-  OSPREY_RETURN_IF_ERROR(cache_->Plan(step, in->h_unique.as<uint64_t>(), u, in->h_slots.as<int32_t>(),
-                                      &in->miss_keys, &in->miss_slots));
+  OSPREY_RETURN_IF_ERROR(cache_->Plan(in, plan_stream_));
   const double cache_s = Since(t2);
   times_.cache += cache_s;
   Count(StepMetrics::kCache, cache_s);
@@ -99,9 +99,9 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   // bsp/ssp: this step's pulls must reach the servers after the previous step's pushes.
   auto t3 = Clock::now();
   if (opt_.gate_pulls) OSPREY_RETURN_IF_ERROR(board_->WaitFor(kPushed, step - 1));
-  const size_t m = in->miss_keys.size();
+  const size_t m = in->num_misses;
   // A failed pull fails the run, so the slots it left unfilled are never read.
-  OSPREY_RETURN_IF_ERROR(exchange_.PullStep(step, in->miss_keys.data(), m, in->h_miss_rows.as<float>(),
+  OSPREY_RETURN_IF_ERROR(exchange_.PullStep(step, in->miss_key_ptr, m, in->h_miss_rows.as<float>(),
                                             in->h_params.as<float>(),
                                             host_group_ ? &host_group_->own_servers() : nullptr,
                                             &in->sparse_version, &in->dense_version));
@@ -119,16 +119,11 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
     OSPREY_RETURN_IF_ERROR(board_->WaitFor(kGathered, step - 1));
     OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(pull_stream, inputs_[(step - 1) % opt_.ring].gathered, 0));
   }
-  const int u = in->num_unique;
-  std::memcpy(in->h_miss_slots.data(), in->miss_slots.data(), m * sizeof(int32_t));
+  // The plan left the slots and the miss slots on the device (cache_index.h).
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_rows.data(), in->h_miss_rows.data(),
                                               m * dim_ * sizeof(float), cudaMemcpyHostToDevice, pull_stream));
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_slots.data(), in->h_miss_slots.data(), m * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, pull_stream));
   OSPREY_RETURN_IF_ERROR(cuda::ScatterRows(in->d_miss_rows.as<float>(), in->d_miss_slots.as<int32_t>(),
                                            static_cast<int>(m), dim_, d_cache_.as<float>(), pull_stream));
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_slots.data(), in->h_slots.data(), u * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, pull_stream));
   // With a host group the other ranks' slices are garbage here until BroadcastParams.
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_params.data(), in->h_params.data(), num_params_ * sizeof(float),
                                               cudaMemcpyHostToDevice, pull_stream));
