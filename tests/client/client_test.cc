@@ -170,6 +170,36 @@ TEST_F(ClientTest, PushByServerMatchesPush) {
   EXPECT_NE(s.message().find("belongs to server 1"), std::string::npos) << s.ToString();
 }
 
+// Keys grouped by owner are pulled as one slice per server, each reply landing as one run of the
+// output: the same rows as a plain pull of the grouped keys; bad counts fail at once, a key
+// grouped under the wrong server is refused.
+TEST_F(ClientTest, PullByServerMatchesPull) {
+  const int dim = cluster_.map().tables(0).dim();
+  std::vector<uint64_t> keys(60);
+  std::iota(keys.begin(), keys.end(), 5000);
+  std::vector<float> g(keys.size() * dim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 89 + 1);
+  ASSERT_TRUE(client_->Wait(client_->Push(0, keys.data(), keys.size(), g.data())).ok());  // rows differ
+  const GroupedPush grouped = GroupByServer(keys, g, dim);
+  const std::vector<int32_t>& counts = grouped.counts;
+  EXPECT_GT(*std::min_element(counts.begin(), counts.end()), 0);
+  std::vector<float> plain(g.size()), by_server(g.size(), -1.0f);
+  ASSERT_TRUE(client_->Wait(client_->Pull(0, grouped.keys.data(), grouped.keys.size(), plain.data())).ok());
+  ASSERT_TRUE(
+      client_->Wait(client_->PullByServer(0, grouped.keys.data(), grouped.keys.size(), by_server.data(), counts.data()))
+          .ok());
+  EXPECT_EQ(by_server, plain);
+  std::vector<int32_t> short_counts = {counts[0], counts[1], counts[2] - 1};
+  Status s = client_->Wait(
+      client_->PullByServer(0, grouped.keys.data(), grouped.keys.size(), by_server.data(), short_counts.data()));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("pull by server"), std::string::npos) << s.ToString();
+  std::vector<int32_t> shifted = {counts[0] + 1, counts[1] - 1, counts[2]};  // server 1's first key asked of 0
+  s = client_->Wait(client_->PullByServer(0, grouped.keys.data(), grouped.keys.size(), by_server.data(), shifted.data()));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("belongs to server 1"), std::string::npos) << s.ToString();
+}
+
 // Sparse rows sent as fp16 / bf16: every server decodes them, and each row moves by -lr times the
 // gradient rounded to that format (not the fp32 gradient); a finite gradient beyond fp16's range
 // arrives as 65504. Push (partitioned here), PushByServer and the values frames' size all agree.

@@ -96,6 +96,16 @@ void CompareOverSteps(const Case& c, int steps, int reset_at) {
     ASSERT_EQ(Download<int32_t>(d_slots.data(), n), want_slots);
     ASSERT_EQ(Download<uint64_t>(d_miss_keys.data(), m), want_miss_keys);
     ASSERT_EQ(Download<int32_t>(d_miss_slots.data(), m), want_miss_slots);
+    // The misses by group, for keys that came in three groups (as a GPU worker's, by server).
+    const std::vector<int32_t> groups = {n / 4, n / 2, n - n / 4 - n / 2};
+    DeviceBuffer d_groups = Upload(groups), d_group_misses = Poisoned(sizeof(int32_t) * groups.size());
+    ASSERT_TRUE((*device)->CountMissesByGroup(d_groups.as<int32_t>(), 3, d_group_misses.as<int32_t>(), stream).ok());
+    std::set<uint64_t> missed(want_miss_keys.begin(), want_miss_keys.end());
+    std::vector<int32_t> want_groups(3, 0);
+    for (int g = 0, first = 0; g < 3; first += groups[g], ++g) {
+      for (int i = first; i < first + groups[g]; ++i) want_groups[g] += missed.count(keys[i]) ? 1 : 0;
+    }
+    ASSERT_EQ(Download<int32_t>(d_group_misses.data(), 3), want_groups);
     const worker::SetAssocStats got = (*device)->stats(), want = (*reference)->stats();
     ASSERT_EQ(got.cache.lookups, want.cache.lookups);
     ASSERT_EQ(got.cache.hits, want.cache.hits);

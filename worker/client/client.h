@@ -119,6 +119,12 @@ class Client {
   // `clock` is the worker's step the pull is for (the server may hold it until that step's
   // parameters are ready, per the table's consistency mode).
   Ticket Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, int64_t clock = 0);
+  // Pull with the keys already grouped by owner, as PushByServer's (counts per server, summing to
+  // n): each server's run of keys is sent as it is and its reply lands as one contiguous run of
+  // `out` (no hashing, no per-row scatter). Counts that do not sum to n fail the ticket
+  // (InvalidArgument); a key sent to a server that does not own it is refused by that server.
+  Ticket PullByServer(uint32_t table, const uint64_t* keys, size_t n, float* out, const int32_t* counts,
+                      int64_t clock = 0);
   // Sparse gradients: grads[i*dim ..) is the gradient of keys[i]. `clock` is the worker's step;
   // `version` the parameter version this gradient was computed from (for staleness).
   Ticket Push(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
@@ -243,6 +249,9 @@ class Client {
   };
 
   Ticket SendSparsePush(const SparsePush& push);
+  // Pull and PullByServer: counts null routes the keys by hash.
+  Ticket SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, float* out, const int32_t* counts,
+                        int64_t clock);
   // Checks a zero-copy push's Buffers against the table (keys whole u64, rows n * dim floats).
   Status CheckPushBuffers(uint32_t table, const Buffer& keys, const Buffer& rows) const;
   Status CheckDenseCall(const DenseCall& call) const;

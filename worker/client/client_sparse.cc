@@ -1,4 +1,4 @@
-// The sparse calls of Client: Pull, Push and PushByServer (raw pointers or Buffers), all cut by
+// The sparse calls of Client: Pull, PullByServer, Push and PushByServer (raw pointers or Buffers), all cut by
 // server by the one KeyRouter and encoded by the table's PushEncoder.
 #include <utility>
 
@@ -47,9 +47,25 @@ class PulledRowsSink final : public ReplySink {
 }  // namespace
 
 Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, int64_t clock) {
+  return SendSparsePull(table, keys, n, out, nullptr, clock);
+}
+
+Ticket Client::PullByServer(uint32_t table, const uint64_t* keys, size_t n, float* out, const int32_t* counts,
+                            int64_t clock) {
+  return SendSparsePull(table, keys, n, out, counts, clock);
+}
+
+Ticket Client::SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, float* out, const int32_t* counts,
+                              int64_t clock) {
   Status bad = CheckTable(table, /*sparse=*/true);
+  StatusOr<std::vector<KeySlice>> slices = std::vector<KeySlice>();
+  if (bad.ok() && counts != nullptr) {
+    slices = router_.Grouped(keys, n, counts, /*key_buffer=*/nullptr, map_.tables(table).name(), "pull");
+    bad = slices.status();
+  }
   Ticket ticket = requests_.Open(proto::OP_PULL_SPARSE, table, bad);
   if (!bad.ok() || n == 0) return ticket;
+  if (counts == nullptr) slices = router_.Route(table, keys, n, /*key_buffer=*/nullptr);
   const size_t dim = map_.tables(table).dim();
   proto::Codec pull_codec;
   {
@@ -62,7 +78,7 @@ Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, 
   h.set_op(proto::OP_PULL_SPARSE);
   h.set_table(table);
   h.set_clock(clock);
-  for (KeySlice& slice : router_.Route(table, keys, n, /*key_buffer=*/nullptr)) {
+  for (KeySlice& slice : *slices) {
     if (pull_codec != proto::CODEC_NONE) {  // ask for the rows in 16 bits (the count is in floats)
       h.set_codec(pull_codec);
       h.set_codec_count(slice.count * dim);

@@ -52,17 +52,18 @@ std::vector<KeySlice> KeyRouter::Route(uint32_t table, const uint64_t* keys, siz
 }
 
 StatusOr<std::vector<KeySlice>> KeyRouter::Grouped(const uint64_t* keys, size_t n, const int32_t* counts,
-                                                   const Buffer* key_buffer, const std::string& table_name) const {
+                                                   const Buffer* key_buffer, const std::string& table_name,
+                                                   const char* op) const {
   uint64_t sum = 0;
   for (int s = 0; s < num_servers_; ++s) {
     if (counts[s] < 0) {
-      return InvalidArgument("push by server to table '" + table_name + "': server " + std::to_string(s) +
+      return InvalidArgument(std::string(op) + " by server to table '" + table_name + "': server " + std::to_string(s) +
                              " has a negative count " + std::to_string(counts[s]));
     }
     sum += static_cast<uint64_t>(counts[s]);
   }
   if (sum != n) {
-    return InvalidArgument("push by server to table '" + table_name + "': the server counts sum to " +
+    return InvalidArgument(std::string(op) + " by server to table '" + table_name + "': the server counts sum to " +
                            std::to_string(sum) + ", not to the " + std::to_string(n) + " keys");
   }
   std::vector<KeySlice> slices;

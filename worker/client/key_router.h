@@ -48,7 +48,8 @@ class KeyRouter {
   // server 1, ... (`counts` has num_servers() entries). InvalidArgument naming the push and
   // `table_name` when a count is negative or the counts do not sum to n.
   StatusOr<std::vector<KeySlice>> Grouped(const uint64_t* keys, size_t n, const int32_t* counts,
-                                          const Buffer* key_buffer, const std::string& table_name) const;
+                                          const Buffer* key_buffer, const std::string& table_name,
+                                          const char* op = "push") const;
 
  private:
   const int num_servers_;

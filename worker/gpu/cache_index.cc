@@ -15,7 +15,7 @@ class HostIndex final : public CacheIndex {
   HostIndex(const RowCacheOptions& options, int threads, std::unique_ptr<ShardedRowCache> cache)
       : options_(options), threads_(threads), cache_(std::move(cache)) {}
 
-  Status Plan(StepInput* in, cudaStream_t stream) override {
+  Status Plan(StepInput* in, int /*servers*/, cudaStream_t stream) override {
     const int u = in->num_unique;
     OSPREY_RETURN_IF_ERROR(cache_->Plan(in->step, in->h_unique.as<uint64_t>(), u, in->h_slots.as<int32_t>(),
                                         &in->miss_keys, &in->miss_slots));
@@ -28,6 +28,7 @@ class HostIndex final : public CacheIndex {
     OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     in->miss_key_ptr = in->miss_keys.data();
     in->num_misses = m;
+    in->miss_server_counts = nullptr;  // shard order: the pull hashes them
     return Status::OK();
   }
 
@@ -60,7 +61,7 @@ class DeviceIndex final : public CacheIndex {
  public:
   explicit DeviceIndex(std::unique_ptr<cuda::DeviceRowCache> cache) : cache_(std::move(cache)) {}
 
-  Status Plan(StepInput* in, cudaStream_t stream) override {
+  Status Plan(StepInput* in, int servers, cudaStream_t stream) override {
     OSPREY_RETURN_IF_ERROR(cache_->Plan(in->step, in->d_unique.as<uint64_t>(), in->num_unique, in->d_slots.as<int32_t>(),
                                         in->d_miss_keys.as<uint64_t>(), in->d_miss_slots.as<int32_t>(), stream));
     OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
@@ -70,6 +71,14 @@ class DeviceIndex final : public CacheIndex {
     }
     OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->h_miss_keys.data(), in->d_miss_keys.data(), m * sizeof(uint64_t),
                                                 cudaMemcpyDeviceToHost, stream));
+    in->miss_server_counts = nullptr;
+    if (servers > 1) {  // the keys came grouped by server, and so do their misses
+      OSPREY_RETURN_IF_ERROR(cache_->CountMissesByGroup(in->d_server_counts.as<int32_t>(), servers,
+                                                        in->d_miss_server_counts.as<int32_t>(), stream));
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->h_miss_server_counts.data(), in->d_miss_server_counts.data(),
+                                                  servers * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+      in->miss_server_counts = in->h_miss_server_counts.as<int32_t>();
+    }
     OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     in->miss_key_ptr = in->h_miss_keys.as<uint64_t>();
     in->num_misses = static_cast<size_t>(m);

@@ -37,8 +37,9 @@ class CacheIndex {
   virtual ~CacheIndex() = default;
 
   // Plans step in->step for in->num_unique keys (in->d_unique on the device, in->h_unique on the
-  // host; both valid), see above. Synchronizes `stream`.
-  virtual Status Plan(StepInput* in, cudaStream_t stream) = 0;
+  // host; both valid, grouped by server with in->d_server_counts when servers > 1), see above;
+  // the device index then also sets in->miss_server_counts. Synchronizes `stream`.
+  virtual Status Plan(StepInput* in, int servers, cudaStream_t stream) = 0;
   // Forgets every key (the rows are from before a rollback or a new shard map); counters stay.
   virtual Status Reset(cudaStream_t stream) = 0;
   virtual RowCacheStats stats() const = 0;

@@ -51,8 +51,10 @@ CompressionStats ParamExchange::compression_stats() const {
 
 Status ParamExchange::PullStep(int64_t step, const uint64_t* keys, size_t n, float* rows, float* params,
                                const std::vector<bool>* own_servers, uint64_t* sparse_version,
-                               uint64_t* dense_version) {
-  Ticket pulled_rows = client_->Pull(sparse_table_, keys, n, rows, step);
+                               uint64_t* dense_version, const int32_t* server_counts) {
+  Ticket pulled_rows = server_counts != nullptr && num_servers_ > 1
+                           ? client_->PullByServer(sparse_table_, keys, n, rows, server_counts, step)
+                           : client_->Pull(sparse_table_, keys, n, rows, step);
   Ticket dense = own_servers ? client_->PullDense(dense_table_, params, step, *own_servers)
                              : client_->PullDense(dense_table_, params, step);
   Status s1 = client_->Wait(pulled_rows);

@@ -29,6 +29,8 @@ Status StepInput::Allocate(const StepSizes& z) {
   OSPREY_RETURN_IF_ERROR(AllocateDevice<int32_t>(&d_miss_slots, ids, "pulled slots"));
   OSPREY_RETURN_IF_ERROR(AllocatePinned<uint64_t>(&h_miss_keys, ids, "pulled keys"));
   OSPREY_RETURN_IF_ERROR(AllocateDevice<uint64_t>(&d_miss_keys, ids, "pulled keys"));
+  OSPREY_RETURN_IF_ERROR(AllocatePinned<int32_t>(&h_miss_server_counts, z.num_servers, "misses per server"));
+  OSPREY_RETURN_IF_ERROR(AllocateDevice<int32_t>(&d_miss_server_counts, z.num_servers, "misses per server"));
   OSPREY_RETURN_IF_ERROR(AllocatePinned<uint64_t>(&h_ids, ids, "ids"));
   OSPREY_RETURN_IF_ERROR(AllocatePinned<uint64_t>(&h_unique, ids, "keys"));
   OSPREY_RETURN_IF_ERROR(AllocatePinned<float>(&h_dense, dense_floats, "dense features"));

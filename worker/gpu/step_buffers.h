@@ -87,6 +87,11 @@ struct StepInput {
   std::vector<int32_t> miss_slots;
   cuda::PinnedBuffer h_miss_keys;  // uint64_t: the device index's misses
   cuda::DeviceBuffer d_miss_keys;  // uint64_t
+  // Device index with several servers: the misses per server (they come grouped by server), for
+  // a pull without hashing; null otherwise.
+  const int32_t* miss_server_counts = nullptr;
+  cuda::PinnedBuffer h_miss_server_counts;  // int32_t [num_servers]
+  cuda::DeviceBuffer d_miss_server_counts;
   cuda::PinnedBuffer h_miss_rows;   // float
   cuda::PinnedBuffer h_miss_slots;  // int32_t
   cuda::DeviceBuffer d_miss_rows;   // float

@@ -80,7 +80,7 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   Count(StepMetrics::kDedupe, dedupe_s);
 
   auto t2 = Clock::now();
-  OSPREY_RETURN_IF_ERROR(cache_->Plan(in, plan_stream_));
+  OSPREY_RETURN_IF_ERROR(cache_->Plan(in, servers, plan_stream_));
   const double cache_s = Since(t2);
   times_.cache += cache_s;
   Count(StepMetrics::kCache, cache_s);
@@ -104,7 +104,7 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   OSPREY_RETURN_IF_ERROR(exchange_.PullStep(step, in->miss_key_ptr, m, in->h_miss_rows.as<float>(),
                                             in->h_params.as<float>(),
                                             host_group_ ? &host_group_->own_servers() : nullptr,
-                                            &in->sparse_version, &in->dense_version));
+                                            &in->sparse_version, &in->dense_version, in->miss_server_counts));
   rows_pulled_[puller] += m;
   const double pull_s = Since(t3);
   pull_seconds_[puller] += pull_s;

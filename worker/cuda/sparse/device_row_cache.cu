@@ -170,6 +170,19 @@ __global__ void NoReuseKernel(const uint64_t* __restrict__ keys, int n, uint64_t
   }
 }
 
+// One thread: group g's misses are the miss positions between its first key and the next group's.
+__global__ void GroupMissKernel(const int32_t* __restrict__ counts, int groups, const int32_t* __restrict__ miss,
+                                const int32_t* __restrict__ pos, int n, bool all_miss, int32_t* __restrict__ out) {
+  const int total = n == 0 ? 0 : all_miss ? n : pos[n - 1] + miss[n - 1];
+  auto misses_before = [&](int j) { return all_miss ? j : j < n ? pos[j] : total; };
+  int first = 0;
+  for (int g = 0; g < groups; ++g) {
+    const int end = min(n, first + max(0, counts[g]));
+    out[g] = misses_before(end) - misses_before(first);
+    first = end;
+  }
+}
+
 __global__ void ResetKernel(Ways w, size_t ways) {
   for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < ways;
        j += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -258,6 +271,7 @@ Status DeviceRowCache::Plan(int64_t step, const uint64_t* d_keys, int n, int32_t
       step, last_step_, n, options_.max_keys,
       d_keys != nullptr && d_slots != nullptr && d_miss_keys != nullptr && d_miss_slots != nullptr));
   last_step_ = step;
+  last_n_ = n;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   Counters* c = counters_.as<Counters>();
   const uint64_t scratch = static_cast<uint64_t>(sets_) * kWays +
@@ -293,6 +307,19 @@ Status DeviceRowCache::Plan(int64_t step, const uint64_t* d_keys, int n, int32_t
   }
   OSPREY_SPARSE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(h_counters_.data(), c, sizeof(Counters), cudaMemcpyDeviceToHost, s));
+  return Status::OK();
+}
+
+Status DeviceRowCache::CountMissesByGroup(const int32_t* d_group_counts, int groups, int32_t* d_miss_counts,
+                                          void* stream) {
+  if (groups < 1 || d_group_counts == nullptr || d_miss_counts == nullptr) {
+    return InvalidArgument("device row cache: " + std::to_string(groups) + " groups, or a null array");
+  }
+  const int32_t* miss = flags_.as<int32_t>();
+  const int32_t* pos = miss + options_.max_keys;
+  GroupMissKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(d_group_counts, groups, miss, pos, last_n_,
+                                                                  sets_ == 0, d_miss_counts);
+  OSPREY_SPARSE_RETURN_IF_LAUNCH_FAILED();
   return Status::OK();
 }
 

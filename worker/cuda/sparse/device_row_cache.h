@@ -49,6 +49,12 @@ class DeviceRowCache {
   // SetAssocRowCache::Plan (InvalidArgument, nothing enqueued) plus launch errors.
   Status Plan(int64_t step, const uint64_t* d_keys, int n, int32_t* d_slots, uint64_t* d_miss_keys,
               int32_t* d_miss_slots, void* stream);
+  // After a Plan, on the same stream: for keys that came grouped (group g's keys are the next
+  // d_group_counts[g] keys of that plan's input, groups in order), d_miss_counts[g] = the misses
+  // of group g. The misses keep input order, so group g's misses are the next d_miss_counts[g]
+  // miss keys: a GPU worker's keys come grouped by server, and so its misses can be pulled by
+  // server without hashing them again. InvalidArgument for groups < 1 or a null pointer.
+  Status CountMissesByGroup(const int32_t* d_group_counts, int groups, int32_t* d_miss_counts, void* stream);
   // Enqueues: every way free (the counters stay). The next plan may be for any step >= 0.
   Status Reset(void* stream);
 
@@ -68,6 +74,7 @@ class DeviceRowCache {
   uint32_t sets_ = 0;
   int sort_bits_ = 1;
   int64_t last_step_ = -1;
+  int last_n_ = 0;  // keys of the last Plan
   DeviceBuffer key_, version_, last_used_, freq_;  // per way
   DeviceBuffer ticks_;                             // per set
   DeviceBuffer flags_;      // int32 [3 x max_keys]: miss, absent, miss position
