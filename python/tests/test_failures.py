@@ -150,6 +150,8 @@ def test_backward_returns_before_the_push_completes(make_job):
     out = bag(torch.arange(64).reshape(16, 4))
     for name in ("server-0", "server-1"):  # from now on nothing is answered
         job.procs[name].send_signal(signal.SIGSTOP)
+    for name in ("server-0", "server-1"):  # (once every thread has stopped: see process_state)
+        wait_for(lambda: process_state(job.procs[name].pid) == "T", 10, f"{name} to be stopped")
     try:
         t0 = time.monotonic()
         out.sum().backward()
