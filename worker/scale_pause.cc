@@ -39,7 +39,10 @@ StatusOr<Client*> ScalePause::Pause(int64_t step) {
     run_to_ = reply->run_to_clock();
     return current();
   }
-  if (reply->shard_map().epoch() <= current()->epoch()) return current();
+  // The map the client routes by, not its epoch(): a cluster state of the committed step may have
+  // raised that (it follows every epoch change) before this reply came, and the client would then
+  // keep routing by the old map (CI: a pull refused "key ... belongs to server 2, not to server 0").
+  if (reply->shard_map().epoch() <= current()->shard_map().epoch()) return current();
   OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Client> next, make_client_(reply->shard_map()));
   Client* old = current();
   owned_.push_back(std::move(next));
