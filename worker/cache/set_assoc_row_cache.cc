@@ -29,8 +29,7 @@ Status CheckSetAssocOptions(const SetAssocOptions& o) {
   }
   if (o.pinned_steps < 1) return InvalidArgument("row cache: pinned_steps must be >= 1, got " + std::to_string(o.pinned_steps));
   if (o.max_keys < 1) return InvalidArgument("row cache: max_keys must be >= 1, got " + std::to_string(o.max_keys));
-  const uint64_t sets = o.capacity_rows / kWays;
-  const uint64_t slots = sets * kWays + static_cast<uint64_t>(o.pinned_steps) * static_cast<uint64_t>(o.max_keys);
+  const uint64_t slots = SetAssocSlotCount(o);
   if (slots >= (uint64_t{1} << 31)) {
     return InvalidArgument("row cache: " + std::to_string(slots) + " slots (capacity_rows " +
                            std::to_string(o.capacity_rows) + " plus " + std::to_string(o.pinned_steps) + " x " +
@@ -45,7 +44,7 @@ StatusOr<std::unique_ptr<SetAssocRowCache>> SetAssocRowCache::Make(const SetAsso
 }
 
 SetAssocRowCache::SetAssocRowCache(const SetAssocOptions& options)
-    : options_(options), sets_(static_cast<uint32_t>(options.capacity_rows / kWays)) {
+    : options_(options), sets_(static_cast<uint32_t>(SetAssocSets(options))) {
   const size_t ways = static_cast<size_t>(sets_) * kWays;
   key_.assign(ways, 0);
   version_.assign(ways, kNever);

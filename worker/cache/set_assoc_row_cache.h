@@ -48,6 +48,17 @@ struct SetAssocOptions {
   int max_keys = 0;             // distinct keys of one step at most; >= 1
 };
 
+// The layout, shared by the reference, the device index and the GPU loop's sizing: the sets
+// (capacity_rows / kWays, rounded down), the first scratch row of `step`, and the rows in all.
+inline uint64_t SetAssocSets(const SetAssocOptions& o) { return o.capacity_rows / set_assoc::kWays; }
+inline uint64_t SetAssocScratchBase(const SetAssocOptions& o, int64_t step) {
+  return SetAssocSets(o) * set_assoc::kWays +
+         static_cast<uint64_t>(step % o.pinned_steps) * static_cast<uint64_t>(o.max_keys);
+}
+inline uint64_t SetAssocSlotCount(const SetAssocOptions& o) {
+  return SetAssocScratchBase(o, 0) + static_cast<uint64_t>(o.pinned_steps) * static_cast<uint64_t>(o.max_keys);
+}
+
 // What one Plan did, and the sum over Plans (lookups = hits + misses_stale + misses_absent;
 // overflows <= misses_absent are the absent keys served from scratch).
 struct SetAssocStats {
@@ -77,10 +88,8 @@ class SetAssocRowCache {
   const SetAssocStats& stats() const { return stats_; }
   uint32_t sets() const { return sets_; }
   // Rows the caller's row array needs: the sets' slots, then the scratch areas.
-  uint64_t slot_count() const { return ScratchBase(0) + static_cast<uint64_t>(options_.pinned_steps) * options_.max_keys; }
-  uint64_t ScratchBase(int64_t step) const {
-    return static_cast<uint64_t>(sets_) * set_assoc::kWays + static_cast<uint64_t>(step % options_.pinned_steps) * options_.max_keys;
-  }
+  uint64_t slot_count() const { return SetAssocSlotCount(options_); }
+  uint64_t ScratchBase(int64_t step) const { return SetAssocScratchBase(options_, step); }
 
  private:
   explicit SetAssocRowCache(const SetAssocOptions& options);

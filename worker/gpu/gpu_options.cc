@@ -111,8 +111,7 @@ std::string DeviceEncodeUnsupported(const codec::CodecConfig& c) {
 
 uint64_t CacheSlots(const GpuOptions& o) {
   if (!o.device_index) return o.cache.capacity_rows;
-  return o.device_cache.capacity_rows / set_assoc::kWays * set_assoc::kWays +
-         static_cast<uint64_t>(o.device_cache.pinned_steps) * static_cast<uint64_t>(o.device_cache.max_keys);
+  return SetAssocSlotCount(o.device_cache);
 }
 
 Status CheckCacheFits(uint64_t capacity_rows, int dim, size_t free_bytes, const std::string& device_name) {

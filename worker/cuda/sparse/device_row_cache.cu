@@ -212,14 +212,11 @@ StatusOr<std::unique_ptr<DeviceRowCache>> DeviceRowCache::Make(const worker::Set
 }
 
 DeviceRowCache::DeviceRowCache(const worker::SetAssocOptions& options)
-    : options_(options), sets_(static_cast<uint32_t>(options.capacity_rows / kWays)) {
+    : options_(options), sets_(static_cast<uint32_t>(worker::SetAssocSets(options))) {
   while (sort_bits_ < 32 && (uint64_t{1} << sort_bits_) <= sets_) ++sort_bits_;  // values 0 .. sets
 }
 
-uint64_t DeviceRowCache::slot_count() const {
-  return static_cast<uint64_t>(sets_) * kWays +
-         static_cast<uint64_t>(options_.pinned_steps) * static_cast<uint64_t>(options_.max_keys);
-}
+uint64_t DeviceRowCache::slot_count() const { return worker::SetAssocSlotCount(options_); }
 
 Status DeviceRowCache::Allocate() {
   const size_t ways = static_cast<size_t>(sets_) * kWays;
@@ -274,8 +271,7 @@ Status DeviceRowCache::Plan(int64_t step, const uint64_t* d_keys, int n, int32_t
   last_n_ = n;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   Counters* c = counters_.as<Counters>();
-  const uint64_t scratch = static_cast<uint64_t>(sets_) * kWays +
-                           static_cast<uint64_t>(step % options_.pinned_steps) * options_.max_keys;
+  const uint64_t scratch = worker::SetAssocScratchBase(options_, step);
   if (n == 0) {
     OSPREY_SPARSE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(&c->misses, 0, sizeof(int32_t), s));
   } else if (sets_ == 0) {
