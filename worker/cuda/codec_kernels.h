@@ -99,9 +99,9 @@ struct SparseOutput {
   codec::ValueType value_type = codec::ValueType::kFp32;
 };
 
-// Device scratch of the top-k pipelines: selection state, digit histograms, candidate pairs,
-// sample keys and CUB sort storage. Create once per tensor stream and reuse (no allocation per
-// call). Owns its device memory.
+// Device scratch of the top-k pipelines: selection state, digit histograms, candidate pairs and
+// sample keys. Create once per tensor stream and reuse (no allocation per call). Owns its device
+// memory.
 class SelectWorkspace {
  public:
   struct Impl;

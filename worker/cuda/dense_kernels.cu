@@ -98,12 +98,27 @@ __global__ void ValidateSparseKernel(const uint32_t* indices, uint32_t count, ui
   }
 }
 
-// Multiply then add, never fused (__fmul_rn / atomicAdd), as codec::DecodeAddFrame rounds.
+// Multiply then add, never fused (__fmul_rn / atomicAdd), as codec::DecodeAddFrame rounds. A
+// thread loads all its pairs before its first atomic: dst may alias the payload as far as the
+// compiler knows, so interleaving would wait out one memory latency per pair.
+constexpr int kApplyItems = 4;
 __global__ void ApplySparseKernel(const uint32_t* indices, const void* values, codec::ValueType type, uint32_t count,
                                   float* dst, float scale, const uint32_t* bad) {
   if (*bad) return;
-  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < count; j += size_t{gridDim.x} * blockDim.x) {
-    atomicAdd(dst + indices[j], __fmul_rn(scale, LoadValue(values, type, j)));
+  const size_t tile = size_t{blockDim.x} * kApplyItems;
+  for (size_t base = blockIdx.x * tile; base < count; base += gridDim.x * tile) {
+    uint32_t index[kApplyItems];
+    float v[kApplyItems];
+#pragma unroll
+    for (int q = 0; q < kApplyItems; ++q) {
+      const size_t j = base + q * blockDim.x + threadIdx.x;
+      index[q] = j < count ? indices[j] : 0u;
+      v[q] = j < count ? LoadValue(values, type, j) : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < kApplyItems; ++q) {
+      if (base + q * blockDim.x + threadIdx.x < count) atomicAdd(dst + index[q], __fmul_rn(scale, v[q]));
+    }
   }
 }
 
@@ -208,7 +223,7 @@ Status DecodeAdd(const codec::EncodedMeta& meta, const void* d_payload, size_t p
   if (meta.codec == codec::CodecId::kTopK || meta.codec == codec::CodecId::kRandomK) {
     const uint32_t count = static_cast<uint32_t>(meta.count);
     const auto* indices = static_cast<const uint32_t*>(d_payload);
-    const int grid = GridFor(count, kThreads * 4, sms, 16);
+    const int grid = GridFor(count, kThreads * kApplyItems, sms, 16);
     ValidateSparseKernel<<<grid, kThreads, 0, s>>>(indices, count, n32, d_bad);
     ApplySparseKernel<<<grid, kThreads, 0, s>>>(indices, indices + count, meta.value_type, count, d_dst, scale, d_bad);
   } else if (meta.codec == codec::CodecId::kOneBit) {

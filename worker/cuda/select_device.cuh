@@ -34,7 +34,9 @@ struct DeviceState {
   uint32_t final_count;    // pairs in the payload
   uint32_t cand_count;     // candidates appended; > capacity means the dense fallback
   uint32_t out_count;      // emission cursor
-  uint32_t rank;           // sampled method: current rank in the sorted sample
+  uint32_t rank;           // sampled method: rank in the sample (largest first) of window_lo
+  uint32_t sample_prefix;  // sampled method: resolved digits of the sample's rank-th key
+  uint32_t sample_need;    // sampled method: its rank among the keys matching sample_prefix
 };
 
 struct SelectWorkspace::Impl {
@@ -42,13 +44,10 @@ struct SelectWorkspace::Impl {
   DeviceBuffer hist;         // u32[kMaxDigitBins]; all zero between kernels that use it
   DeviceBuffer cand_idx;     // u32[cand_capacity]
   DeviceBuffer cand_val;     // f32[cand_capacity]: p of each candidate
-  DeviceBuffer sample_keys;  // u32[max_samples]
-  DeviceBuffer sorted_keys;  // u32[max_samples], descending
-  DeviceBuffer sort_temp;    // CUB radix sort storage
+  DeviceBuffer sample_keys;  // u32[max_samples], in draw order
   size_t max_n = 0;
   size_t cand_capacity = 0;
   size_t max_samples = 0;
-  size_t sort_temp_bytes = 0;
   int num_sms = 1;
 
   DeviceState* d_state() const { return state.as<DeviceState>(); }
@@ -73,6 +72,15 @@ struct SourceArgs {
 
 // How p is formed; see EfTensor.
 enum EfMode : int { kPlain = 0, kResidual = 1, kMomentum = 2 };
+
+// The fused pass's operands: p from g (and r, u) with momentum factor m, over n elements.
+struct EfArgs {
+  const float* g;
+  float* r;
+  float* u;
+  float m;
+  uint32_t n;
+};
 
 template <int kMode>
 __device__ __forceinline__ float ComputeP(float g, float r, float* u, float m) {
@@ -119,6 +127,15 @@ __device__ __forceinline__ uint32_t BlockAppend(uint32_t count, uint32_t* counte
   return base + before;
 }
 
+// Adds one to bins[bin] for every active lane, one shared atomic per distinct bin in the warp:
+// sampled and candidate keys crowd into a few log-scale bins. Called by all lanes of the warp.
+__device__ __forceinline__ void WarpAddToBin(uint32_t* bins, uint32_t bin, bool active) {
+  const unsigned live = __ballot_sync(0xffffffffu, active);
+  if (!active) return;
+  const unsigned peers = __match_any_sync(live, bin);
+  if (__ffs(peers) - 1 == static_cast<int>(threadIdx.x % 32)) atomicAdd(&bins[bin], __popc(peers));
+}
+
 inline int GridFor(size_t work_items, int per_block, int num_sms, int blocks_per_sm = 8) {
   const size_t need = (work_items + per_block - 1) / per_block;
   const size_t cap = static_cast<size_t>(num_sms) * blocks_per_sm;
@@ -135,6 +152,12 @@ Status LaunchKeyDecide(int level, SelectWorkspace::Impl& ws, cudaStream_t stream
 Status LaunchKeyLevel(int level, SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream);
 // Lowest-index tie breaking, if the decision left ties.
 Status LaunchTies(SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream);
+// sample_select.cu. The sample's keys and the first window (rank-th largest sample key, rank set
+// in the state by the reset) for the sampled method.
+Status LaunchSampleThreshold(const EfArgs& a, int mode, uint64_t seed, uint32_t samples, SelectWorkspace::Impl& ws,
+                             cudaStream_t stream);
+// Extra pass `pass` of the sampled method: widens the window when it held fewer than k_lo keys.
+Status LaunchAdapt(uint32_t pass, uint32_t samples, SelectWorkspace::Impl& ws, cudaStream_t stream);
 // Writes the selected pairs (final_count of them) into the payload and fixes r and u.
 Status LaunchEmit(const EfTensor& t, const SparseOutput& out, SelectWorkspace::Impl& ws, const SourceArgs& src,
                   cudaStream_t stream);

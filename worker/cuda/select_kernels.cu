@@ -21,15 +21,16 @@ __global__ void __launch_bounds__(kThreads) KeyHistogramKernel(int level, const 
   __syncthreads();
   const bool dense = src.dense(s);
   const uint32_t m = src.size(s);
-  // size_t: a u32 cursor could wrap past m for tensors near 2^32 elements.
-  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m; j += size_t{gridDim.x} * blockDim.x) {
-    uint32_t index;
-    float v;
-    src.Get(dense, static_cast<uint32_t>(j), &index, &v);
+  // size_t: a u32 cursor could wrap past m for tensors near 2^32 elements. The loop bound is
+  // uniform over the block: every lane of a warp reaches WarpAddToBin.
+  for (size_t base = blockIdx.x * size_t{blockDim.x}; base < m; base += size_t{gridDim.x} * blockDim.x) {
+    const size_t j = base + threadIdx.x;
+    uint32_t index = 0;
+    float v = 0.0f;
+    if (j < m) src.Get(dense, static_cast<uint32_t>(j), &index, &v);
     const uint32_t key = MagnitudeKey(v);
-    if (key >= s.window_lo && codec::KeyMatchesPrefix(key, s.prefix, level)) {
-      atomicAdd(&bins_sh[(key >> shift) & (bins - 1)], 1u);
-    }
+    const bool counted = j < m && key >= s.window_lo && codec::KeyMatchesPrefix(key, s.prefix, level);
+    WarpAddToBin(bins_sh, (key >> shift) & (bins - 1), counted);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < bins; i += blockDim.x) {
@@ -157,6 +158,11 @@ __device__ __forceinline__ bool Selected(const DeviceState& s, uint32_t key, uin
   return key >= s.window_lo && (key > s.sel_key || (key == s.sel_key && index <= s.sel_tie));
 }
 
+// Four candidates a thread per tile, all loaded before the block's append: ~k candidates fill
+// every SM this way, where 16 a thread left most of them idle.
+constexpr int kEmitItems = 4;
+constexpr int kEmitTile = kThreads * kEmitItems;
+
 __global__ void __launch_bounds__(kThreads) EmitKernel(DeviceState* st, SourceArgs src, float* r, float* u,
                                                        void* payload, codec::ValueType type) {
   __shared__ AppendStorage append_sh;
@@ -165,27 +171,29 @@ __global__ void __launch_bounds__(kThreads) EmitKernel(DeviceState* st, SourceAr
   const uint32_t m = src.size(s);
   uint32_t* indices = static_cast<uint32_t*>(payload);
   void* values = static_cast<char*>(payload) + 4ull * s.final_count;
-  for (size_t base = blockIdx.x * size_t{kTile}; base < m; base += size_t{gridDim.x} * kTile) {
+  for (size_t base = blockIdx.x * size_t{kEmitTile}; base < m; base += size_t{gridDim.x} * kEmitTile) {
+    uint32_t index[kEmitItems];
+    float v[kEmitItems];
     uint32_t mask = 0;
-    for (int q = 0; q < kItems; ++q) {
+#pragma unroll
+    for (int q = 0; q < kEmitItems; ++q) {
       const size_t j = base + q * kThreads + threadIdx.x;
-      if (j >= m) break;
-      uint32_t index;
-      float v;
-      src.Get(dense, static_cast<uint32_t>(j), &index, &v);
-      if (Selected(s, MagnitudeKey(v), index)) mask |= 1u << q;
+      index[q] = 0;
+      v[q] = 0.0f;
+      if (j < m) src.Get(dense, static_cast<uint32_t>(j), &index[q], &v[q]);
+      if (j < m && Selected(s, MagnitudeKey(v[q]), index[q])) mask |= 1u << q;
     }
     uint32_t pos = BlockAppend(__popc(mask), &st->out_count, append_sh);
-    for (; mask; mask &= mask - 1, ++pos) {
-      const size_t j = base + (__ffs(mask) - 1) * kThreads + threadIdx.x;
-      if (pos >= s.final_count) break;  // only the threshold API can overfill; the rest stay in r
-      uint32_t index;
-      float v;
-      src.Get(dense, static_cast<uint32_t>(j), &index, &v);
-      indices[pos] = index;
-      const float decoded = StoreValue(values, type, pos, v);
-      if (r) r[index] = __fsub_rn(v, decoded);
-      if (u) u[index] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kEmitItems; ++q) {
+      if (!(mask & (1u << q))) continue;
+      if (pos < s.final_count) {  // only the threshold API can overfill; the rest stay in r
+        indices[pos] = index[q];
+        const float decoded = StoreValue(values, type, pos, v[q]);
+        if (r) r[index[q]] = __fsub_rn(v[q], decoded);
+        if (u) u[index[q]] = 0.0f;
+      }
+      ++pos;
     }
   }
 }
@@ -223,7 +231,7 @@ Status LaunchTies(SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t
 
 Status LaunchEmit(const EfTensor& t, const SparseOutput& out, SelectWorkspace::Impl& ws, const SourceArgs& src,
                   cudaStream_t stream) {
-  const int grid = GridFor(src.n, kTile, ws.num_sms, 4);
+  const int grid = GridFor(src.n, kEmitTile, ws.num_sms, 8);
   EmitKernel<<<grid, kThreads, 0, stream>>>(ws.d_state(), src, t.residual, t.momentum, out.payload, out.value_type);
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::OK();

@@ -3,8 +3,6 @@
 // the fused pass reads g and r and writes r (3 passes); everything else touches either the sample
 // (0.5%) or the candidates (~k), so the sampled/exact pipelines stay near 3 passes and the
 // histogram pipeline near 4.
-#include <cub/device/device_radix_sort.cuh>
-
 #include "common/codec/schedule.h"
 #include "worker/cuda/select_device.cuh"
 
@@ -12,14 +10,6 @@ namespace osprey::cuda {
 namespace {
 
 using codec::MagnitudeKey;
-
-struct EfArgs {
-  const float* g;
-  float* r;
-  float* u;
-  float m;
-  uint32_t n;
-};
 
 // Element q of a thread's tile: four float4 groups spaced a block apart, so each warp load is
 // 512 contiguous bytes.
@@ -83,8 +73,9 @@ __device__ __forceinline__ void StoreTile(const EfArgs& a, size_t base, const fl
 
 // The one dense pass: forms p, writes r = p (residual fixed later only where sent), and either
 // collects candidates with window_lo <= key < band_hi (kCollect) or builds the level-0 key
-// histogram (kHist). With `gated`, runs only when the state asks for a collect pass (then it is
-// the read-only "extra pass" over x, kMode == kPlain).
+// histogram (kHist); with both, the histogram counts the collected keys only (the sampled
+// pipeline's level 0, so no histogram pass over the candidates). With `gated`, runs only when the
+// state asks for a collect pass (then it is the read-only "extra pass" over x, kMode == kPlain).
 template <int kMode, bool kCollect, bool kHist, bool kVec>
 __global__ void __launch_bounds__(kThreads) EfPassKernel(EfArgs a, DeviceState* st, uint32_t* cand_idx, float* cand_val,
                                                          uint32_t cand_capacity, uint32_t* hist, bool gated) {
@@ -108,8 +99,11 @@ __global__ void __launch_bounds__(kThreads) EfPassKernel(EfArgs a, DeviceState* 
     for (int q = 0; q < kItems; ++q) {
       if (TileElement(base, q) >= a.n) continue;
       const uint32_t key = MagnitudeKey(p[q]);
-      if (kHist) atomicAdd(&hist_sh[key >> codec::KeyDigitShift(0)], 1u);
-      if (kCollect && key >= lo && key < hi) mask |= 1u << q;
+      if (kHist && !kCollect) atomicAdd(&hist_sh[key >> codec::KeyDigitShift(0)], 1u);
+      if (kCollect && key >= lo && key < hi) {
+        mask |= 1u << q;
+        if (kHist) atomicAdd(&hist_sh[key >> codec::KeyDigitShift(0)], 1u);
+      }
     }
     if (!kCollect) continue;
     uint32_t pos = BlockAppend(__popc(mask), &st->cand_count, append_sh);
@@ -132,16 +126,7 @@ __global__ void __launch_bounds__(kThreads) EfPassKernel(EfArgs a, DeviceState* 
   }
 }
 
-template <int kMode>
-__global__ void GatherSampleKernel(EfArgs a, uint64_t seed, uint32_t samples, uint32_t* keys) {
-  for (uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < samples; j += gridDim.x * blockDim.x) {
-    const uint64_t pos = codec::StratifiedPosition(seed, j, samples, a.n);
-    float u = kMode == kMomentum ? a.u[pos] : 0.0f;  // a copy: the fused pass updates u, not this
-    keys[j] = MagnitudeKey(ComputeP<kMode>(a.g[pos], kMode != kPlain ? a.r[pos] : 0.0f, &u, a.m));
-  }
-}
-
-__global__ void ResetStateKernel(DeviceState* st, codec::SelectTargets t, uint32_t collect_active) {
+__global__ void ResetStateKernel(DeviceState* st, codec::SelectTargets t, uint32_t collect_active, uint32_t rank) {
   DeviceState s = {};
   s.k = static_cast<uint32_t>(t.k);
   s.k_lo = static_cast<uint32_t>(t.k_lo);
@@ -149,6 +134,7 @@ __global__ void ResetStateKernel(DeviceState* st, codec::SelectTargets t, uint32
   s.band_hi = codec::kKeyEnd;
   s.collect_active = collect_active;
   s.sel_tie = UINT32_MAX;
+  s.rank = rank;
   *st = s;
 }
 
@@ -161,26 +147,6 @@ __global__ void SetThresholdKernel(DeviceState* st, const float* threshold) {
 
 __global__ void FinishThresholdKernel(DeviceState* st, uint32_t out_capacity) {
   st->final_count = min(st->cand_count, out_capacity);
-}
-
-__global__ void PickSampleKernel(DeviceState* st, const uint32_t* sorted, uint32_t rank) {
-  st->rank = rank;
-  st->window_lo = sorted[rank - 1];
-}
-
-// Mirrors one iteration of the extra-pass loop of codec::SelectSampled.
-__global__ void AdaptKernel(DeviceState* st, const uint32_t* sorted, uint32_t pass, uint32_t samples) {
-  const DeviceState s = *st;
-  if (s.cand_count >= s.k_lo || s.window_lo == 0) {
-    st->collect_active = 0;
-    return;
-  }
-  const bool last = pass + 1 == codec::kMaxExtraPasses || s.rank >= samples;
-  const uint64_t rank = codec::NextSampleRank(s.rank, s.cand_count, s.k_hi, samples);
-  st->band_hi = s.window_lo;
-  st->rank = static_cast<uint32_t>(rank);
-  st->window_lo = last ? 0u : sorted[rank - 1];
-  st->collect_active = 1;
 }
 
 int ModeOf(const EfTensor& t) { return t.momentum ? kMomentum : (t.residual ? kResidual : kPlain); }
@@ -205,9 +171,11 @@ Status LaunchEfPass(const EfArgs& a, int mode, SelectWorkspace::Impl& w, bool ga
   return Status::OK();
 }
 
-// The read-only extra collect pass over x (p after the fused pass), gated on collect_active.
+// The read-only extra collect pass over x (p after the fused pass), gated on collect_active;
+// kCount adds the collected keys to the level-0 histogram.
+template <bool kCount>
 Status LaunchCollectBand(const float* x, uint32_t n, SelectWorkspace::Impl& w, cudaStream_t s) {
-  return LaunchEfPass<true, false>(EfArgs{x, nullptr, nullptr, 0.0f, n}, kPlain, w, /*gated=*/true, s);
+  return LaunchEfPass<true, kCount>(EfArgs{x, nullptr, nullptr, 0.0f, n}, kPlain, w, /*gated=*/true, s);
 }
 
 Status CheckInputs(const EfTensor& t, const SparseOutput& out, SelectWorkspace* ws) {
@@ -233,33 +201,17 @@ Status SampledPipeline(const EfTensor& t, const TopKParams& p, SelectWorkspace::
   const EfArgs a{t.grad, t.residual, t.momentum, t.momentum_factor, static_cast<uint32_t>(t.n)};
   const int mode = ModeOf(t);
   const uint32_t samples = static_cast<uint32_t>(plan.samples);
-  const int grid = GridFor(samples, kThreads, w.num_sms, 4);
-  if (mode == kMomentum) GatherSampleKernel<kMomentum><<<grid, kThreads, 0, s>>>(a, p.seed, samples, w.sample_keys.as<uint32_t>());
-  if (mode == kResidual) GatherSampleKernel<kResidual><<<grid, kThreads, 0, s>>>(a, p.seed, samples, w.sample_keys.as<uint32_t>());
-  if (mode == kPlain) GatherSampleKernel<kPlain><<<grid, kThreads, 0, s>>>(a, p.seed, samples, w.sample_keys.as<uint32_t>());
-  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
-  size_t temp_bytes = 0;
-  OSPREY_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeysDescending(
-      nullptr, temp_bytes, w.sample_keys.as<uint32_t>(), w.sorted_keys.as<uint32_t>(), static_cast<int>(samples), 0, 31, s));
-  if (temp_bytes > w.sort_temp_bytes) {
-    return Internal("CUB sort of " + std::to_string(samples) + " keys needs " + std::to_string(temp_bytes) +
-                    " bytes, workspace has " + std::to_string(w.sort_temp_bytes));
-  }
-  temp_bytes = w.sort_temp_bytes;
-  OSPREY_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeysDescending(
-      w.sort_temp.data(), temp_bytes, w.sample_keys.as<uint32_t>(), w.sorted_keys.as<uint32_t>(),
-      static_cast<int>(samples), 0, 31, s));
-  PickSampleKernel<<<1, 1, 0, s>>>(w.d_state(), w.sorted_keys.as<uint32_t>(), static_cast<uint32_t>(plan.rank));
-  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
-  OSPREY_RETURN_IF_ERROR((LaunchEfPass<true, false>(a, mode, w, /*gated=*/false, s)));
+  OSPREY_RETURN_IF_ERROR(LaunchSampleThreshold(a, mode, p.seed, samples, w, s));
+  OSPREY_RETURN_IF_ERROR((LaunchEfPass<true, true>(a, mode, w, /*gated=*/false, s)));
   const float* x = t.residual ? t.residual : t.grad;
   for (uint32_t pass = 0; pass < codec::kMaxExtraPasses; ++pass) {
-    AdaptKernel<<<1, 1, 0, s>>>(w.d_state(), w.sorted_keys.as<uint32_t>(), pass, samples);
-    OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
-    OSPREY_RETURN_IF_ERROR(LaunchCollectBand(x, a.n, w, s));
+    OSPREY_RETURN_IF_ERROR(LaunchAdapt(pass, samples, w, s));
+    OSPREY_RETURN_IF_ERROR(LaunchCollectBand<true>(x, a.n, w, s));
   }
+  // Every collect pass counted what it took: level 0's histogram is complete.
+  OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, s));
   const SourceArgs src = MakeSource(w, x, t.n);
-  for (int level = 0; level < codec::kNumKeyLevels; ++level) OSPREY_RETURN_IF_ERROR(LaunchKeyLevel(level, w, src, s));
+  for (int level = 1; level < codec::kNumKeyLevels; ++level) OSPREY_RETURN_IF_ERROR(LaunchKeyLevel(level, w, src, s));
   return Status::OK();
 }
 
@@ -268,7 +220,7 @@ Status HistogramPipeline(const EfTensor& t, SelectWorkspace::Impl& w, cudaStream
   OSPREY_RETURN_IF_ERROR((LaunchEfPass<false, true>(a, ModeOf(t), w, /*gated=*/false, s)));
   OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, s));
   const float* x = t.residual ? t.residual : t.grad;
-  OSPREY_RETURN_IF_ERROR(LaunchCollectBand(x, a.n, w, s));  // collect_active was set by the reset
+  OSPREY_RETURN_IF_ERROR(LaunchCollectBand<false>(x, a.n, w, s));  // collect_active was set by the reset
   const SourceArgs src = MakeSource(w, x, t.n);
   for (int level = 1; level < codec::kNumKeyLevels; ++level) OSPREY_RETURN_IF_ERROR(LaunchKeyLevel(level, w, src, s));
   return Status::OK();
@@ -299,7 +251,7 @@ Status SelectByThreshold(const EfTensor& t, const float* d_threshold, const Spar
   if (d_threshold == nullptr) return InvalidArgument("null threshold");
   auto s = static_cast<cudaStream_t>(stream);
   SelectWorkspace::Impl& w = ws->impl();
-  ResetStateKernel<<<1, 1, 0, s>>>(w.d_state(), codec::SelectTargets{}, 0);
+  ResetStateKernel<<<1, 1, 0, s>>>(w.d_state(), codec::SelectTargets{}, 0, 0);
   SetThresholdKernel<<<1, 1, 0, s>>>(w.d_state(), d_threshold);
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   if (t.n == 0) return Status::OK();
@@ -315,7 +267,8 @@ Status TopK(const EfTensor& t, const TopKParams& params, const SparseOutput& out
   auto s = static_cast<cudaStream_t>(stream);
   SelectWorkspace::Impl& w = ws->impl();
   const bool histogram = params.method == codec::TopKMethod::kHistogram;
-  ResetStateKernel<<<1, 1, 0, s>>>(w.d_state(), params.targets, histogram ? 1u : 0u);
+  ResetStateKernel<<<1, 1, 0, s>>>(w.d_state(), params.targets, histogram ? 1u : 0u,
+                                   static_cast<uint32_t>(params.plan.rank));
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   if (t.n == 0) return Status::OK();  // final_count stays 0
   const codec::SelectTargets& k = params.targets;

@@ -1,6 +1,4 @@
 // Memory owners: DeviceBuffer, PinnedBuffer, SelectWorkspace, CountReader.
-#include <cub/device/device_radix_sort.cuh>
-
 #include "worker/cuda/select_device.cuh"
 
 namespace osprey::cuda {
@@ -102,11 +100,6 @@ StatusOr<std::unique_ptr<SelectWorkspace>> SelectWorkspace::Create(size_t max_n,
   OSPREY_ASSIGN_OR_RETURN(w->cand_val, DeviceBuffer::Allocate(sizeof(float) * candidate_capacity));
   if (max_samples > 0) {
     OSPREY_ASSIGN_OR_RETURN(w->sample_keys, DeviceBuffer::Allocate(sizeof(uint32_t) * max_samples));
-    OSPREY_ASSIGN_OR_RETURN(w->sorted_keys, DeviceBuffer::Allocate(sizeof(uint32_t) * max_samples));
-    OSPREY_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeysDescending(
-        nullptr, w->sort_temp_bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
-        static_cast<int>(max_samples), 0, 31));
-    OSPREY_ASSIGN_OR_RETURN(w->sort_temp, DeviceBuffer::Allocate(w->sort_temp_bytes));
   }
   // The memsets above run on the legacy stream; callers may use non-blocking streams, which do not
   // wait for it. Creation is a setup step, so one device synchronization is cheap insurance.
