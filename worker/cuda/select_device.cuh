@@ -146,12 +146,11 @@ SourceArgs MakeSource(const SelectWorkspace::Impl& ws, const float* x, size_t n)
 
 // select_kernels.cu: each launch is gated on the device state, so pipelines enqueue every step
 // and the steps that turn out unnecessary cost only a launch.
-// The decision of key level `level` from the histogram already accumulated in ws.hist.
-Status LaunchKeyDecide(int level, SelectWorkspace::Impl& ws, cudaStream_t stream);
+// The decision of key level `level` from the histogram already accumulated in ws.hist; the last
+// level also breaks ties at the selected key by lowest index (over src).
+Status LaunchKeyDecide(int level, SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream);
 // Histogram of key level `level` over the source, then the decision of that level.
 Status LaunchKeyLevel(int level, SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream);
-// Lowest-index tie breaking, if the decision left ties.
-Status LaunchTies(SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream);
 // sample_select.cu. The sample's keys and the first window (rank-th largest sample key, rank set
 // in the state by the reset) for the sampled method.
 Status LaunchSampleThreshold(const EfArgs& a, int mode, uint64_t seed, uint32_t samples, SelectWorkspace::Impl& ws,

@@ -38,10 +38,67 @@ __global__ void __launch_bounds__(kThreads) KeyHistogramKernel(int level, const 
   }
 }
 
-// One block: finds the boundary bin of `level` (scanning from the top), applies
-// codec::DecideKeyLevel, and zeroes the histogram for its next use.
 constexpr int kDecideThreads = 1024;
-__global__ void __launch_bounds__(kDecideThreads) KeyDecideKernel(int level, DeviceState* st, uint32_t* hist) {
+
+// The block of the last key level resolves ties (rare for real gradients: it needs equal
+// magnitudes at the k-th key): the lowest indices among the keys equal to sel_key.
+__device__ void ResolveTies(DeviceState* st, const SourceArgs& src) {
+  __shared__ uint32_t bins_sh[codec::kTieBins];
+  __shared__ uint32_t prefix_sh, need_sh, done_sh, tie_index_sh;
+  const DeviceState s = *st;
+  const bool dense = src.dense(s);
+  const uint32_t m = src.size(s);
+  if (threadIdx.x == 0) {
+    prefix_sh = 0;
+    need_sh = s.tie_need;
+    done_sh = 0;
+    tie_index_sh = UINT32_MAX;
+  }
+  for (int level = 0; level < codec::kNumTieLevels; ++level) {
+    for (int i = threadIdx.x; i < codec::kTieBins; i += blockDim.x) bins_sh[i] = 0;
+    __syncthreads();
+    const uint32_t prefix = prefix_sh;
+    const int shift = codec::TieDigitShift(level);
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+      uint32_t index;
+      float v;
+      src.Get(dense, static_cast<uint32_t>(j), &index, &v);
+      if (MagnitudeKey(v) == s.sel_key && codec::IndexMatchesPrefix(index, prefix, level)) {
+        atomicAdd(&bins_sh[(index >> shift) & 0xFFu], 1u);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t need = need_sh;
+      uint64_t below = 0;
+      for (uint32_t b = 0; b < codec::kTieBins; ++b) {
+        if (below + bins_sh[b] >= need) {
+          uint32_t next = 0;
+          uint32_t tie_index = 0;
+          done_sh = codec::DecideTieLevel(level, prefix, b, below, bins_sh[b], &need, &next, &tie_index);
+          prefix_sh = next;
+          tie_index_sh = tie_index;
+          need_sh = static_cast<uint32_t>(need);
+          break;
+        }
+        below += bins_sh[b];
+      }
+    }
+    __syncthreads();
+    if (done_sh) break;
+  }
+  if (threadIdx.x == 0) {
+    st->sel_tie = tie_index_sh;
+    st->ties = 0;
+    st->done = 1;
+  }
+}
+
+// One block: finds the boundary bin of `level` (scanning from the top), applies
+// codec::DecideKeyLevel, and zeroes the histogram for its next use. The last level also resolves
+// ties, if its decision left some.
+__global__ void __launch_bounds__(kDecideThreads) KeyDecideKernel(int level, DeviceState* st, uint32_t* hist,
+                                                                  SourceArgs src) {
   using Scan = cub::BlockScan<uint32_t, kDecideThreads>;
   __shared__ typename Scan::TempStorage scan_sh;
   const DeviceState s = *st;
@@ -98,60 +155,9 @@ __global__ void __launch_bounds__(kDecideThreads) KeyDecideKernel(int level, Dev
     }
     above += h[q];
   }
-}
-
-// One block resolves ties (rare for real gradients: it needs equal magnitudes at the k-th key).
-__global__ void __launch_bounds__(kDecideThreads) TiesKernel(DeviceState* st, SourceArgs src) {
-  __shared__ uint32_t bins_sh[codec::kTieBins];
-  __shared__ uint32_t prefix_sh, need_sh, done_sh, tie_index_sh;
-  const DeviceState s = *st;
-  if (!s.ties) return;
-  const bool dense = src.dense(s);
-  const uint32_t m = src.size(s);
-  if (threadIdx.x == 0) {
-    prefix_sh = 0;
-    need_sh = s.tie_need;
-    done_sh = 0;
-    tie_index_sh = UINT32_MAX;
-  }
-  for (int level = 0; level < codec::kNumTieLevels; ++level) {
-    for (int i = threadIdx.x; i < codec::kTieBins; i += blockDim.x) bins_sh[i] = 0;
-    __syncthreads();
-    const uint32_t prefix = prefix_sh;
-    const int shift = codec::TieDigitShift(level);
-    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
-      uint32_t index;
-      float v;
-      src.Get(dense, static_cast<uint32_t>(j), &index, &v);
-      if (MagnitudeKey(v) == s.sel_key && codec::IndexMatchesPrefix(index, prefix, level)) {
-        atomicAdd(&bins_sh[(index >> shift) & 0xFFu], 1u);
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint64_t need = need_sh;
-      uint64_t below = 0;
-      for (uint32_t b = 0; b < codec::kTieBins; ++b) {
-        if (below + bins_sh[b] >= need) {
-          uint32_t next = 0;
-          uint32_t tie_index = 0;
-          done_sh = codec::DecideTieLevel(level, prefix, b, below, bins_sh[b], &need, &next, &tie_index);
-          prefix_sh = next;
-          tie_index_sh = tie_index;
-          need_sh = static_cast<uint32_t>(need);
-          break;
-        }
-        below += bins_sh[b];
-      }
-    }
-    __syncthreads();
-    if (done_sh) break;
-  }
-  if (threadIdx.x == 0) {
-    st->sel_tie = tie_index_sh;
-    st->ties = 0;
-    st->done = 1;
-  }
+  if (level != codec::kNumKeyLevels - 1) return;
+  __syncthreads();  // the deciding thread's writes to *st are visible to the block after this
+  if (st->ties) ResolveTies(st, src);
 }
 
 __device__ __forceinline__ bool Selected(const DeviceState& s, uint32_t key, uint32_t index) {
@@ -210,8 +216,8 @@ SourceArgs MakeSource(const SelectWorkspace::Impl& ws, const float* x, size_t n)
   return src;
 }
 
-Status LaunchKeyDecide(int level, SelectWorkspace::Impl& ws, cudaStream_t stream) {
-  KeyDecideKernel<<<1, kDecideThreads, 0, stream>>>(level, ws.d_state(), ws.hist.as<uint32_t>());
+Status LaunchKeyDecide(int level, SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream) {
+  KeyDecideKernel<<<1, kDecideThreads, 0, stream>>>(level, ws.d_state(), ws.hist.as<uint32_t>(), src);
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::OK();
 }
@@ -220,13 +226,7 @@ Status LaunchKeyLevel(int level, SelectWorkspace::Impl& ws, const SourceArgs& sr
   const int grid = GridFor(src.n, kThreads * 4, ws.num_sms, 4);
   KeyHistogramKernel<<<grid, kThreads, 0, stream>>>(level, ws.d_state(), src, ws.hist.as<uint32_t>());
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
-  return LaunchKeyDecide(level, ws, stream);
-}
-
-Status LaunchTies(SelectWorkspace::Impl& ws, const SourceArgs& src, cudaStream_t stream) {
-  TiesKernel<<<1, kDecideThreads, 0, stream>>>(ws.d_state(), src);
-  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
-  return Status::OK();
+  return LaunchKeyDecide(level, ws, src, stream);
 }
 
 Status LaunchEmit(const EfTensor& t, const SparseOutput& out, SelectWorkspace::Impl& ws, const SourceArgs& src,

@@ -163,7 +163,8 @@ void LaunchEfPassMode(const EfArgs& a, bool vec, int grid, SelectWorkspace::Impl
 template <bool kCollect, bool kHist>
 Status LaunchEfPass(const EfArgs& a, int mode, SelectWorkspace::Impl& w, bool gated, cudaStream_t s) {
   const bool vec = Aligned16(a.g) && Aligned16(a.r) && Aligned16(a.u);
-  const int grid = GridFor(a.n, kTile, w.num_sms, 8);
+  // A gated pass is rarely needed and otherwise costs only its launch: fewer, longer blocks.
+  const int grid = GridFor(a.n, kTile, w.num_sms, gated ? 2 : 8);
   if (mode == kMomentum) LaunchEfPassMode<kCollect, kHist, kMomentum>(a, vec, grid, w, gated, s);
   if (mode == kResidual) LaunchEfPassMode<kCollect, kHist, kResidual>(a, vec, grid, w, gated, s);
   if (mode == kPlain) LaunchEfPassMode<kCollect, kHist, kPlain>(a, vec, grid, w, gated, s);
@@ -209,8 +210,8 @@ Status SampledPipeline(const EfTensor& t, const TopKParams& p, SelectWorkspace::
     OSPREY_RETURN_IF_ERROR(LaunchCollectBand<true>(x, a.n, w, s));
   }
   // Every collect pass counted what it took: level 0's histogram is complete.
-  OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, s));
   const SourceArgs src = MakeSource(w, x, t.n);
+  OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, src, s));
   for (int level = 1; level < codec::kNumKeyLevels; ++level) OSPREY_RETURN_IF_ERROR(LaunchKeyLevel(level, w, src, s));
   return Status::OK();
 }
@@ -218,10 +219,10 @@ Status SampledPipeline(const EfTensor& t, const TopKParams& p, SelectWorkspace::
 Status HistogramPipeline(const EfTensor& t, SelectWorkspace::Impl& w, cudaStream_t s) {
   const EfArgs a{t.grad, t.residual, t.momentum, t.momentum_factor, static_cast<uint32_t>(t.n)};
   OSPREY_RETURN_IF_ERROR((LaunchEfPass<false, true>(a, ModeOf(t), w, /*gated=*/false, s)));
-  OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, s));
   const float* x = t.residual ? t.residual : t.grad;
-  OSPREY_RETURN_IF_ERROR(LaunchCollectBand<false>(x, a.n, w, s));  // collect_active was set by the reset
   const SourceArgs src = MakeSource(w, x, t.n);
+  OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, src, s));
+  OSPREY_RETURN_IF_ERROR(LaunchCollectBand<false>(x, a.n, w, s));  // collect_active was set by the reset
   for (int level = 1; level < codec::kNumKeyLevels; ++level) OSPREY_RETURN_IF_ERROR(LaunchKeyLevel(level, w, src, s));
   return Status::OK();
 }
@@ -282,7 +283,6 @@ Status TopK(const EfTensor& t, const TopKParams& params, const SparseOutput& out
   }
   OSPREY_RETURN_IF_ERROR(histogram ? HistogramPipeline(t, w, s) : SampledPipeline(t, params, w, s));
   const SourceArgs src = MakeSource(w, t.residual ? t.residual : t.grad, t.n);
-  OSPREY_RETURN_IF_ERROR(LaunchTies(w, src, s));
   return LaunchEmit(t, out, w, src, s);
 }
 
