@@ -197,6 +197,10 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
     r.prefetch_dedupe += w.prefetch_dedupe();
     r.prefetch_cache += w.prefetch_cache();
     r.prefetch_pull += w.prefetch_pull();
+    r.device_plan += w.device_plan();
+    r.device_pull += w.device_pull();
+    r.device_gather += w.device_gather();
+    r.device_compute += w.device_compute();
     r.cache_lookups += w.cache_lookups();
     r.cache_hits += w.cache_hits();
     r.cache_evictions += w.cache_evictions();
@@ -222,7 +226,8 @@ JobReport SummarizeReports(const proto::ClusterState& state, double wall_seconds
   r.samples_per_sec = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0;
   if (r.num_reports > 0) {
     for (double* t : {&r.time_wait_input, &r.time_compute, &r.time_push, &r.time_nccl, &r.prefetch_read,
-                      &r.prefetch_dedupe, &r.prefetch_cache, &r.prefetch_pull}) {
+                      &r.prefetch_dedupe, &r.prefetch_cache, &r.prefetch_pull, &r.device_plan, &r.device_pull,
+                      &r.device_gather, &r.device_compute}) {
       *t /= r.num_reports;
     }
   }
@@ -273,6 +278,12 @@ std::string FormatReport(const JobReport& r) {
                   pct(r.time_wait_input).c_str(), pct(r.time_compute).c_str(), pct(r.time_push).c_str(),
                   pct(r.time_nccl).c_str(), r.device.empty() ? "?" : r.device.c_str(), step_total,
                   r.prefetch_read, r.prefetch_dedupe, r.prefetch_cache, r.prefetch_pull);
+    out += buf;
+  }
+  if (r.device_plan + r.device_pull + r.device_gather + r.device_compute > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "  device stages     plan %.2f s, pull %.2f s, gather %.2f s, forward+backward %.2f s\n",
+                  r.device_plan, r.device_pull, r.device_gather, r.device_compute);
     out += buf;
   }
   if (std::isfinite(r.bytes_per_sample)) {
@@ -396,6 +407,9 @@ std::string ReportJson(const JobReport& r) {
          ", \"prefetch_dedupe\": " + JsonNumber(r.prefetch_dedupe) +
          ", \"prefetch_cache\": " + JsonNumber(r.prefetch_cache) +
          ", \"prefetch_pull\": " + JsonNumber(r.prefetch_pull) +
+         ", \"device_plan\": " + JsonNumber(r.device_plan) + ", \"device_pull\": " + JsonNumber(r.device_pull) +
+         ", \"device_gather\": " + JsonNumber(r.device_gather) +
+         ", \"device_compute\": " + JsonNumber(r.device_compute) +
          ", \"cache_lookups\": " + std::to_string(r.cache_lookups) +
          ", \"cache_hits\": " + std::to_string(r.cache_hits) +
          ", \"cache_evictions\": " + std::to_string(r.cache_evictions) +

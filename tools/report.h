@@ -64,6 +64,11 @@ struct JobReport {
   double prefetch_dedupe = 0;
   double prefetch_cache = 0;
   double prefetch_pull = 0;
+  // GPU workers: device time of the steps' stages (CUDA events), seconds averaged over workers.
+  double device_plan = 0;
+  double device_pull = 0;
+  double device_gather = 0;
+  double device_compute = 0;
   // Hot-row cache, summed over workers; hit rate NaN without lookups.
   uint64_t cache_lookups = 0;
   uint64_t cache_hits = 0;
@@ -133,7 +138,8 @@ std::string FormatReport(const JobReport& report);
 
 // One JSON object with the keys auc, oracle_auc, logloss, samples_per_sec, steps, bytes_pushed,
 // bytes_pulled, wall_seconds, then time_wait_input, time_compute, time_push, time_nccl,
-// prefetch_read, prefetch_dedupe, prefetch_cache, prefetch_pull, cache_lookups, cache_hits,
+// prefetch_read, prefetch_dedupe, prefetch_cache, prefetch_pull, device_plan, device_pull,
+// device_gather, device_compute, cache_lookups, cache_hits,
 // cache_evictions, rows_pulled, cache_hit_rate, bytes_per_sample, then the servers' statistics:
 // server_reports (how many servers reported), server_windows_applied, server_pushes_applied,
 // server_pushes_dropped, server_rows_dropped, server_rows_skipped, server_pulls_held,

@@ -178,6 +178,10 @@ void FillStepReport(const CompressionStats& comp, const StepTimes& t, proto::Wor
     out->set_density(p.density);
   }
   report->set_time_wait_input(t.wait_input);
+  report->set_device_plan(t.device_plan);
+  report->set_device_pull(t.device_pull);
+  report->set_device_gather(t.device_gather);
+  report->set_device_compute(t.device_compute);
   report->set_time_compute(t.compute);
   report->set_time_push(t.push);
   report->set_time_nccl(t.nccl);

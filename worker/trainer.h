@@ -90,6 +90,11 @@ struct StepTimes {
   double dedupe = 0;      // prefetch side: deduping keys
   double cache = 0;       // prefetch side: hot-row cache planning
   double pull = 0;        // prefetch side: waiting for pulls
+  // GPU workers: device time of each step's stages (CUDA events on their streams).
+  double device_plan = 0;     // upload, dedupe, grouping and the cache index (plan stream)
+  double device_pull = 0;     // pulled rows and dense parameters copied in and scattered
+  double device_gather = 0;   // the step's rows gathered from the cache
+  double device_compute = 0;  // forward + backward
 };
 
 // The training loop osprey-worker runs: the CPU Trainer below or the GPU trainer

@@ -285,9 +285,9 @@ int main(int argc, char** argv) {
   // The table.
   std::printf("\nosprey bench dlrm: %s, %d steps per run, median of %d runs, %d servers\n", config.c_str(), steps,
               runs, servers);
-  std::printf("%-5s %-6s %-6s %-6s %12s %9s %9s %7s %8s %6s %6s %8s %8s %6s %9s %s\n", "gpus", "batch", "cache",
-              "index", "samples/s", "vs fused", "vs perfeat", "wait%", "compute%", "push%", "nccl%", "cache ms",
-              "pull ms", "hit%", "B/sample", "device");
+  std::printf("%-5s %-6s %-6s %-6s %12s %9s %9s %7s %8s %6s %6s %8s %8s %-23s %6s %9s %s\n", "gpus", "batch",
+              "cache", "index", "samples/s", "vs fused", "vs perfeat", "wait%", "compute%", "push%", "nccl%",
+              "cache ms", "pull ms", "gpu ms plan/pull/gat/fb", "hit%", "B/sample", "device");
   for (const auto& [key, v] : ref) {
     std::printf("%-5s %-6d %-6s %12.0f   PyTorch reference, all tables on the GPU, %s tables\n", "ref", key.second,
                 "all", v, key.first.c_str());
@@ -309,22 +309,29 @@ int main(int argc, char** argv) {
     auto pct = [&](double v) { return total > 0 ? Num(100 * v / total, "%.0f") : std::string("n/a"); };
     // The planner's cache stage and the pullers' pull stage, ms per step (each a per-worker total).
     const double per_step = 1000.0 / steps;
-    std::printf("%-5d %-6d %-6g %-6s %12.0f %9s %9s %7s %8s %6s %6s %8s %8s %6s %9s %s\n", r.gpus, r.batch, r.cache,
+    // The stages' device time per step (CUDA events): plan stream, a puller's stream, gather and
+    // forward+backward on the compute stream.
+    std::string gpu_ms;
+    for (const char* k : {"device_plan", "device_pull", "device_gather", "device_compute"}) {
+      gpu_ms += (gpu_ms.empty() ? "" : "/") + Num(per_step * JsonNumber(j, k), "%.2f");
+    }
+    std::printf("%-5d %-6d %-6g %-6s %12.0f %9s %9s %7s %8s %6s %6s %8s %8s %-23s %6s %9s %s\n", r.gpus, r.batch, r.cache,
                 r.index.c_str(), med, vs_ref("fused", r.batch, med).c_str(),
                 vs_ref("per-feature", r.batch, med).c_str(), pct(wait).c_str(), pct(comp).c_str(), pct(push).c_str(),
                 pct(nccl).c_str(), Num(per_step * JsonNumber(j, "prefetch_cache"), "%.2f").c_str(),
-                Num(per_step * JsonNumber(j, "prefetch_pull"), "%.2f").c_str(),
+                Num(per_step * JsonNumber(j, "prefetch_pull"), "%.2f").c_str(), gpu_ms.c_str(),
                 Num(100 * JsonNumber(j, "cache_hit_rate"), "%.1f").c_str(),
                 Num(JsonNumber(j, "bytes_per_sample"), "%.0f").c_str(), JsonString(j, "device").c_str());
     std::string runs_list;
     for (double v : r.samples_per_sec) runs_list += (runs_list.empty() ? "" : ", ") + Num(v, "%.0f");
-    char rec[1024];
+    char rec[1536];
     std::snprintf(rec, sizeof(rec),
                   "  {\"case\": \"osprey\", \"gpus\": %d, \"batch\": %d, \"cache_fraction\": %g, \"cache_index\": \"%s\", "
                   "\"samples_per_sec\": %s, \"runs\": [%s], \"reference_samples_per_sec\": %s, "
                   "\"fused_reference_samples_per_sec\": %s, "
                   "\"time_wait_input\": %s, \"time_compute\": %s, \"time_push\": %s, \"time_nccl\": %s, "
                   "\"prefetch_read\": %s, \"prefetch_dedupe\": %s, \"prefetch_cache\": %s, \"prefetch_pull\": %s, "
+                  "\"device_plan\": %s, \"device_pull\": %s, \"device_gather\": %s, \"device_compute\": %s, "
                   "\"cache_hit_rate\": %s, \"bytes_per_sample\": %s, \"device\": \"%s\"}",
                   r.gpus, r.batch, r.cache, r.index.c_str(), Num(med, "%.0f").c_str(), runs_list.c_str(),
                   ref.count({"per-feature", r.batch}) ? Num(ref[{"per-feature", r.batch}], "%.0f").c_str() : "null",
@@ -334,7 +341,9 @@ int main(int argc, char** argv) {
                   Num(JsonNumber(j, "prefetch_read"), "%.3f").c_str(),
                   Num(JsonNumber(j, "prefetch_dedupe"), "%.3f").c_str(),
                   Num(JsonNumber(j, "prefetch_cache"), "%.3f").c_str(),
-                  Num(JsonNumber(j, "prefetch_pull"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "prefetch_pull"), "%.3f").c_str(), Num(JsonNumber(j, "device_plan"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "device_pull"), "%.3f").c_str(), Num(JsonNumber(j, "device_gather"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "device_compute"), "%.3f").c_str(),
                   Num(JsonNumber(j, "cache_hit_rate"), "%.4f").c_str(),
                   Num(JsonNumber(j, "bytes_per_sample"), "%.1f").c_str(), JsonString(j, "device").c_str());
     records += (records.empty() ? "" : ",\n") + std::string(rec);

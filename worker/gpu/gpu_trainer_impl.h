@@ -123,6 +123,9 @@ class GpuTrainer final : public TrainLoop {
   // Main thread: forward/backward of a prepared step; posts each gradient stage as backward
   // enqueues it.
   Status Compute(StepInput* in);
+  // Main thread, after Compute synchronized the compute stream: adds the step's device stage
+  // times (times_.device_*).
+  Status CountDeviceTimes(const StepInput& in);
   // Comm thread: for each stage as the main thread posts it, reduce (host group) and copy the
   // stage's gradients to the host on comm_stream_ -- or, with device encoding, enqueue the
   // encode of the servers whose last bucket it is (only their payloads are copied).
@@ -186,8 +189,9 @@ class GpuTrainer final : public TrainLoop {
   std::atomic<double> loss_{0};
   double train_seconds_ = 0;
   // Each written by one thread, read by FillReport once Run joined them: times_ read/dedupe/cache
-  // by the planner, wait_input/compute/push by the main thread; the reduces' device time by the
-  // pusher, the broadcasts' by the main thread; rows_pulled_[i] and pull_seconds_[i] by puller i.
+  // by the planner, wait_input/compute/push and device_* by the main thread; the reduces' device
+  // time by the pusher, the broadcasts' by the main thread; rows_pulled_[i] and pull_seconds_[i]
+  // by puller i.
   StepTimes times_;
   double nccl_reduce_seconds_ = 0;
   double nccl_bcast_seconds_ = 0;

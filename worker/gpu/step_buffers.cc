@@ -16,7 +16,10 @@ void DestroyEvents(std::initializer_list<cudaEvent_t> events) {
 
 }  // namespace
 
-StepInput::~StepInput() { DestroyEvents({pulled, ready, gathered, bcast_start, bcast_end}); }
+StepInput::~StepInput() {
+  DestroyEvents({pulled, ready, gathered, bcast_start, bcast_end, plan_start, plan_end, pull_start, pull_end,
+                 compute_start, compute_gathered, compute_end});
+}
 
 Status StepInput::Allocate(const StepSizes& z) {
   const size_t ids = z.max_ids, row_floats = z.max_ids * z.dim;
@@ -53,6 +56,10 @@ Status StepInput::Allocate(const StepSizes& z) {
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&gathered, cudaEventDisableTiming));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventCreate(&bcast_start));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventCreate(&bcast_end));
+  for (cudaEvent_t* e : {&plan_start, &plan_end, &pull_start, &pull_end, &compute_start, &compute_gathered,
+                         &compute_end}) {
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaEventCreate(e));
+  }
   return Status::OK();
 }
 

@@ -100,6 +100,11 @@ struct StepInput {
   cudaEvent_t ready = nullptr;     // the step's inputs are complete on the device
   cudaEvent_t gathered = nullptr;  // compute stream finished reading this step's cache slots
   cudaEvent_t bcast_start = nullptr, bcast_end = nullptr;  // host group: the parameter all-gather
+  // Timed, around each stage's device work (StepTimes::device_*): the plan stream's, the
+  // puller's stream's, and the compute stream's gather and forward/backward.
+  cudaEvent_t plan_start = nullptr, plan_end = nullptr;
+  cudaEvent_t pull_start = nullptr, pull_end = nullptr;
+  cudaEvent_t compute_start = nullptr, compute_gathered = nullptr, compute_end = nullptr;
 };
 
 // The events of one gradient stage of a step: the row gradients (stage num_buckets) or a dense

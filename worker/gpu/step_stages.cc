@@ -50,6 +50,7 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
   in->batch = b.size;
   const size_t ids = static_cast<size_t>(b.size) * num_sparse_;
   auto t1 = Clock::now();
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->plan_start, plan_stream_));
   OSPREY_RETURN_IF_ERROR(UploadBatch(b, ids, in, plan_stream_));
   OSPREY_RETURN_IF_ERROR(cuda::DedupeFeatureKeys(in->d_ids.as<uint64_t>(), b.size, num_sparse_,
                                                  in->d_unique.as<uint64_t>(), in->d_row_index.as<int32_t>(),
@@ -81,6 +82,7 @@ Status GpuTrainer::PlanStep(int64_t step, StepInput* in) {
 
   auto t2 = Clock::now();
   OSPREY_RETURN_IF_ERROR(cache_->Plan(in, servers, plan_stream_));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->plan_end, plan_stream_));
   const double cache_s = Since(t2);
   times_.cache += cache_s;
   Count(StepMetrics::kCache, cache_s);
@@ -120,6 +122,7 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
     OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(pull_stream, inputs_[(step - 1) % opt_.ring].gathered, 0));
   }
   // The plan left the slots and the miss slots on the device (cache_index.h).
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->pull_start, pull_stream));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_rows.data(), in->h_miss_rows.data(),
                                               m * dim_ * sizeof(float), cudaMemcpyHostToDevice, pull_stream));
   OSPREY_RETURN_IF_ERROR(cuda::ScatterRows(in->d_miss_rows.as<float>(), in->d_miss_slots.as<int32_t>(),
@@ -127,6 +130,7 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   // With a host group the other ranks' slices are garbage here until BroadcastParams.
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_params.data(), in->h_params.data(), num_params_ * sizeof(float),
                                               cudaMemcpyHostToDevice, pull_stream));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->pull_end, pull_stream));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(host_group_ ? in->pulled : in->ready, pull_stream));
   return Status::OK();
 }
@@ -157,9 +161,11 @@ Status GpuTrainer::Compute(StepInput* in) {
   Count(StepMetrics::kPush, push_wait_s);
   auto t1 = Clock::now();
   OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_stream_, in->ready, 0));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->compute_start, compute_stream_));
   OSPREY_RETURN_IF_ERROR(cuda::GatherRows(d_cache_.as<float>(), in->d_slots.as<int32_t>(), u, dim_,
                                           d_rows_.as<float>(), compute_stream_));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->gathered, compute_stream_));
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->compute_gathered, compute_stream_));
   board_->Reach(kGathered, step);
 
   // Stage k < num_buckets is dense bucket k; stage num_buckets the row gradients.
@@ -189,6 +195,7 @@ Status GpuTrainer::Compute(StepInput* in) {
                                                  g.d_rows.as<float>(), d_probs_.as<float>(), d_loss_.as<float>(),
                                                  compute_stream_, &hooks));
   OSPREY_RETURN_IF_ERROR(hook_status);
+  OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->compute_end, compute_stream_));
   if (next_bucket != plan_.buckets.size() || !rows_signaled) {
     return Internal("step " + std::to_string(step) + ": backward signaled " + std::to_string(next_bucket) + " of " +
                     std::to_string(plan_.buckets.size()) + " dense buckets" +
@@ -208,6 +215,7 @@ Status GpuTrainer::Compute(StepInput* in) {
   times_.compute += compute_s;
   Count(StepMetrics::kCompute, compute_s);
   Count(StepMetrics::kNccl, bcast_s);
+  OSPREY_RETURN_IF_ERROR(CountDeviceTimes(*in));
   const float loss = h_loss_.as<float>()[0];
   if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
   double avg = step_.load() == first_step_ ? loss : 0.95 * loss_.load() + 0.05 * loss;
@@ -215,6 +223,26 @@ Status GpuTrainer::Compute(StepInput* in) {
   samples_.fetch_add(in->batch);
   if (step_metrics_) step_metrics_->AddSamples(in->batch);
   step_.fetch_add(1);
+  return Status::OK();
+}
+
+// The device time of step's stages, from its timed events. The compute stream was synchronized
+// and had waited for the pull, so only the plan stream's end may still be pending (a wait of
+// nothing: the planner synchronized its stream before the pull began).
+Status GpuTrainer::CountDeviceTimes(const StepInput& in) {
+  struct Span {
+    cudaEvent_t start, end;
+    double* total;
+  };
+  for (const Span& s : {Span{in.plan_start, in.plan_end, &times_.device_plan},
+                        Span{in.pull_start, in.pull_end, &times_.device_pull},
+                        Span{in.compute_start, in.compute_gathered, &times_.device_gather},
+                        Span{in.compute_gathered, in.compute_end, &times_.device_compute}}) {
+    float ms = 0;
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.end));
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, s.start, s.end));
+    *s.total += ms * 1e-3;
+  }
   return Status::OK();
 }
 
