@@ -311,9 +311,10 @@ int main(int argc, char** argv) {
     const double per_step = 1000.0 / steps;
     // The stages' device time per step (CUDA events): plan stream, a puller's stream, gather and
     // forward+backward on the compute stream.
-    std::string gpu_ms;
+    std::string gpu_ms, device_fields;
     for (const char* k : {"device_plan", "device_pull", "device_gather", "device_compute"}) {
       gpu_ms += (gpu_ms.empty() ? "" : "/") + Num(per_step * JsonNumber(j, k), "%.2f");
+      device_fields += "\"" + std::string(k) + "\": " + Num(JsonNumber(j, k), "%.3f") + ", ";
     }
     std::printf("%-5d %-6d %-6g %-6s %12.0f %9s %9s %7s %8s %6s %6s %8s %8s %-23s %6s %9s %s\n", r.gpus, r.batch, r.cache,
                 r.index.c_str(), med, vs_ref("fused", r.batch, med).c_str(),
@@ -331,7 +332,7 @@ int main(int argc, char** argv) {
                   "\"fused_reference_samples_per_sec\": %s, "
                   "\"time_wait_input\": %s, \"time_compute\": %s, \"time_push\": %s, \"time_nccl\": %s, "
                   "\"prefetch_read\": %s, \"prefetch_dedupe\": %s, \"prefetch_cache\": %s, \"prefetch_pull\": %s, "
-                  "\"device_plan\": %s, \"device_pull\": %s, \"device_gather\": %s, \"device_compute\": %s, "
+                  "%s"
                   "\"cache_hit_rate\": %s, \"bytes_per_sample\": %s, \"device\": \"%s\"}",
                   r.gpus, r.batch, r.cache, r.index.c_str(), Num(med, "%.0f").c_str(), runs_list.c_str(),
                   ref.count({"per-feature", r.batch}) ? Num(ref[{"per-feature", r.batch}], "%.0f").c_str() : "null",
@@ -341,9 +342,7 @@ int main(int argc, char** argv) {
                   Num(JsonNumber(j, "prefetch_read"), "%.3f").c_str(),
                   Num(JsonNumber(j, "prefetch_dedupe"), "%.3f").c_str(),
                   Num(JsonNumber(j, "prefetch_cache"), "%.3f").c_str(),
-                  Num(JsonNumber(j, "prefetch_pull"), "%.3f").c_str(), Num(JsonNumber(j, "device_plan"), "%.3f").c_str(),
-                  Num(JsonNumber(j, "device_pull"), "%.3f").c_str(), Num(JsonNumber(j, "device_gather"), "%.3f").c_str(),
-                  Num(JsonNumber(j, "device_compute"), "%.3f").c_str(),
+                  Num(JsonNumber(j, "prefetch_pull"), "%.3f").c_str(), device_fields.c_str(),
                   Num(JsonNumber(j, "cache_hit_rate"), "%.4f").c_str(),
                   Num(JsonNumber(j, "bytes_per_sample"), "%.1f").c_str(), JsonString(j, "device").c_str());
     records += (records.empty() ? "" : ",\n") + std::string(rec);
