@@ -286,12 +286,12 @@ Status RedisStore::Fetch(Table* t, const uint64_t* keys, size_t n, bool create) 
       if (x.is_nil()) {
         if (!create) continue;
         RowCache::Row* row = t->cache->Insert(keys_b[i]);
-        t->initializer->InitialWeights(keys_b[i], row->record.get());
-        t->state.init(row->record.get() + t->dim, t->dim);
+        t->initializer->InitialWeights(keys_b[i], row->record);
+        t->state.init(row->record + t->dim, t->dim);
         continue;
       }
       RowCache::Row* row = t->cache->Insert(keys_b[i]);
-      if (!redis_store::DecodeRow(x.str, t->row_floats, row->record.get(), row->history)) {
+      if (!redis_store::DecodeRow(x.str, t->row_floats, row->record, row->history)) {
         return DataLoss("redis store: row " + std::to_string(keys_b[i]) + " of " +
                         gets[j].args[1] + " has " + std::to_string(x.str.size()) +
                         " bytes, this layout needs " +
@@ -308,7 +308,7 @@ Status RedisStore::PullRows(uint32_t table, const uint64_t* keys, size_t n, floa
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
   OSPREY_RETURN_IF_ERROR(Fetch(t, keys, n, /*create=*/true));
   for (size_t i = 0; i < n; ++i) {
-    std::memcpy(out + i * t->dim, t->cache->Find(keys[i])->record.get(), t->dim * sizeof(float));
+    std::memcpy(out + i * t->dim, t->cache->Find(keys[i])->record, t->dim * sizeof(float));
   }
   t->cache->MaybeEvict();
   return Status::OK();
@@ -329,7 +329,7 @@ Status RedisStore::VisitRows(uint32_t table, const uint64_t* keys, size_t n, Row
     for (size_t i = 0; i < m; ++i) {
       RowCache::Row* row = t->cache->Find(keys[begin + i]);
       t->found[i] = row;
-      t->rows[i] = row ? row->record.get() : nullptr;
+      t->rows[i] = row ? row->record : nullptr;
       t->history[i] = row ? row->history : nullptr;
     }
     s = fn(RowBlock{begin, m, t->rows.data(), t->history.data()});

@@ -78,7 +78,7 @@ Status RedisStore::FlushLocked(uint32_t table, redis::RedisClient* client) {
         for (const auto& kg : piece) {
           RowCache::Row* row = t->cache->Peek(kg.first);
           w.ArgU64(kg.first);
-          w.Arg(reinterpret_cast<const char*>(row->record.get()), row_bytes,
+          w.Arg(reinterpret_cast<const char*>(row->record), row_bytes,
                 reinterpret_cast<const char*>(row->history), kRowHistory * sizeof(uint64_t));
         }
         cmds.push_back(std::move(c));

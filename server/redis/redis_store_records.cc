@@ -44,7 +44,7 @@ Status RedisStore::ExportRecords(uint32_t table, const RecordVisitor& visit) con
   std::vector<uint64_t> cached;
   t->cache->ForEach([&](uint64_t key, const RowCache::Row&) { cached.push_back(key); });
   for (uint64_t key : cached) {
-    OSPREY_RETURN_IF_ERROR(visit(key, t->cache->Peek(key)->record.get(), t->row_floats));
+    OSPREY_RETURN_IF_ERROR(visit(key, t->cache->Peek(key)->record, t->row_floats));
   }
   return Status::OK();
 }
@@ -92,7 +92,7 @@ Status RedisStore::ImportRecord(uint32_t table, uint64_t key, const float* data,
   }
   RowCache::Row* row = t->cache->Find(key);
   if (row == nullptr) row = t->cache->Insert(key);
-  std::memcpy(row->record.get(), data, floats * sizeof(float));
+  std::memcpy(row->record, data, floats * sizeof(float));
   t->cache->MarkDirty(key, row);
   return Status::OK();
 }

@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+#include <vector>
+
 namespace osprey::server::redis_store {
 namespace {
 
@@ -47,6 +51,51 @@ TEST(RowCacheTest, LruKeepsRecentLfuKeepsFrequent) {
       EXPECT_NE(c.Peek(0), nullptr) << "LFU keeps the most used";
     }
   }
+}
+
+// The open-addressing index under churn: random inserts, erases and evictions (ids reused, the
+// index grown, runs shifted back on deletion) against a std::map holding what each row must hold.
+TEST(RowCacheTest, IndexAgreesWithAMapUnderChurn) {
+  RowCache c(2, /*capacity=*/300, config::CachePolicy::kLru);
+  std::map<uint64_t, float> want;  // key -> record[0]; every cached row, dirty or clean
+  std::mt19937_64 rng(3);
+  // Few distinct keys with the same low bits: long probe runs that wrap and shift on delete.
+  auto key = [&] { return (rng() % 2000) << 20; };
+  for (int step = 0; step < 20000; ++step) {
+    const uint64_t k = key();
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 6) {
+      RowCache::Row* r = c.Find(k);
+      if (r == nullptr) {
+        r = c.Insert(k);
+        for (uint64_t h : r->history) ASSERT_EQ(h, 0u) << "a reused row kept its history";
+      }
+      r->record[0] = static_cast<float>(step);
+      r->record[1] = static_cast<float>(k);
+      if (op < 2) c.MarkDirty(k, r);
+      want[k] = static_cast<float>(step);
+    } else if (op < 8) {
+      const size_t erased = c.Erase(&k, 1);
+      EXPECT_EQ(erased, want.erase(k));
+    } else if (op == 8) {
+      for (const auto& [dk, gen] : c.TakeDirty()) c.MarkClean(dk, gen);
+    } else {
+      c.MaybeEvict();
+      for (auto it = want.begin(); it != want.end();) {
+        it = c.Peek(it->first) == nullptr ? want.erase(it) : std::next(it);
+      }
+    }
+    ASSERT_EQ(c.size(), want.size()) << "at step " << step;
+  }
+  for (const auto& [k, v] : want) {
+    RowCache::Row* r = c.Peek(k);
+    ASSERT_NE(r, nullptr) << k;
+    EXPECT_EQ(r->record[0], v) << k;
+    EXPECT_EQ(r->record[1], static_cast<float>(k)) << "row of " << k << " holds another key's data";
+  }
+  size_t seen = 0;
+  c.ForEach([&](uint64_t k, const RowCache::Row&) { seen += want.count(k); });
+  EXPECT_EQ(seen, want.size());
 }
 
 }  // namespace
