@@ -126,7 +126,8 @@ void Usage() {
                        "[--json PATH] [--optimizer NAME] [--dim 16|64]\n"
                        "       osprey-bench-server --placement [--keys K] [--runs R]\n"
                        "       osprey-bench-server --store native|redis|redis-cluster [--rows N] "
-                       "[--keys K] [--pushes P] [--runs R] [--dim 16|64]\n");
+                       "[--keys K] [--pushes P] [--runs R] [--seconds S] [--zipf S] [--dim 16|64]"
+                       " [--policies write_through,write_back,merge_redis] [--caches 0,10,100]\n");
   std::exit(2);
 }
 
@@ -192,16 +193,26 @@ int main(int argc, char** argv) {
     if (a == "--store") {  // the Redis store matrix (store_bench.h), its own defaults
       StoreBenchOptions so;
       so.store = argv[++i];
-      for (++i; i + 1 < argc; i += 2) {
+      for (++i; i < argc; i += 2) {
         std::string b = argv[i];
-        if (b == "--rows") so.rows = std::strtoull(argv[i + 1], nullptr, 10);
-        else if (b == "--keys") so.keys = std::strtoull(argv[i + 1], nullptr, 10);
-        else if (b == "--pushes") so.pushes = std::atoi(argv[i + 1]);
-        else if (b == "--runs") so.runs = std::atoi(argv[i + 1]);
-        else if (b == "--dim") so.dim = std::atoi(argv[i + 1]);
+        if (i + 1 >= argc) Usage();
+        const char* v = argv[i + 1];
+        if (b == "--rows") so.rows = std::strtoull(v, nullptr, 10);
+        else if (b == "--keys") so.keys = std::strtoull(v, nullptr, 10);
+        else if (b == "--pushes") so.pushes = std::atoi(v);
+        else if (b == "--runs") so.runs = std::atoi(v);
+        else if (b == "--seconds") so.seconds = std::atof(v);
+        else if (b == "--zipf") so.zipf = std::atof(v);
+        else if (b == "--dim") so.dim = std::atoi(v);
+        else if (b == "--policies") so.policies = v;
+        else if (b == "--caches") so.caches = v;
         else Usage();
       }
       if (so.store != "native" && so.store != "redis" && so.store != "redis-cluster") Usage();
+      if (so.rows == 0 || so.keys == 0 || so.pushes <= 0 || so.runs <= 0 || !(so.seconds >= 0) ||
+          !(so.zipf >= 0) || (so.dim != 0 && so.dim != 16 && so.dim != 64)) {
+        Usage();
+      }
 #ifdef OSPREY_BENCH_STORE
       return RunStoreBench(so);
 #else
