@@ -116,9 +116,11 @@ class Store {
   }
 
   // Sparse row ids (optional, has_row_ids): a row's id is a small integer fixed when the row is
-  // created (ids are dense from 0, and a row never moves while the store lives; it dies only
-  // by EraseRows, after which its id may be handed to a new row: a caller must not hold ids
-  // across EraseRows of the table). Merge
+  // created (NativeStore: ids are dense from 0, and a row never moves while the store lives; it
+  // dies only by EraseRows, after which its id may be handed to a new row: a caller must not hold
+  // ids across EraseRows of the table). A caller that holds no id of the table any more says so
+  // with ReleaseRowIds: RedisStore keeps the rows it handed ids for in its cache until then (its
+  // cache evicts rows, and an evicted row's id goes to another key). Merge
   // windows resolve each pushed key to its id once and apply by id (RowMergeBuffer), saving the
   // second hash lookup and applying in storage order. A store without ids (its windows merge by
   // key: MergeBuffer) returns Unimplemented from both calls.
@@ -134,6 +136,9 @@ class Store {
                                const RowBlockFn& fn) {
     return Unimplemented("this store has no sparse row ids");
   }
+  // No id of `table` handed out so far is held any more (TableShard: every merge window is
+  // applied, failed or rewound). No-op by default.
+  virtual void ReleaseRowIds(uint32_t table) {}
 
   // Ends a merge window's writes to `table` (see the file comment). NativeStore: OK at once.
   virtual Status Sync(uint32_t table) { return Status::OK(); }

@@ -340,6 +340,7 @@ Status TableShard::Fail(const Status& cause, int64_t clock, int pushes) {
     w.acks.clear();
   }
   windows_.clear();
+  ReleaseRowIdsIfIdle();
   for (const HeldPull& p : held_) {
     replier_->ReplyError(p.msg.peer, p.header, failed_);
     ReleasePull(p);
@@ -356,6 +357,7 @@ void TableShard::Rewind(int64_t clock, const Status& why) {
     }
   }
   windows_.clear();
+  ReleaseRowIdsIfIdle();
   for (const HeldPull& p : held_) {
     replier_->ReplyError(p.msg.peer, p.header, why);
     ReleasePull(p);
@@ -384,7 +386,16 @@ Status TableShard::Advance(int64_t now_us) {
   }
   done_ = policy_->DoneAfter(done_, slowest, cut_clock_);
   ReleaseHeld();
+  ReleaseRowIdsIfIdle();
   return failed_;
+}
+
+void TableShard::ReleaseRowIdsIfIdle() {
+  if (!row_ids_) return;
+  for (const auto& [clock, w] : windows_) {
+    if (w.pushes > 0) return;
+  }
+  store_->ReleaseRowIds(id_);
 }
 
 int64_t TableShard::NextDeadlineUs() const {

@@ -293,6 +293,8 @@ class TableShard {
   void Progress(int worker, int64_t clock) { clocks_.Advance(worker, clock); }
   // Answers the held pulls that became ready (bsp/ssp).
   void ReleaseHeld();
+  // Row ids: tells the store (ReleaseRowIds) once no window holds any, so it may evict again.
+  void ReleaseRowIdsIfIdle();
   // Builds and sends the reply of a ready pull (or its error).
   void AnswerPull(const proto::Header& h, const Message& msg);
   Status ServePull(const proto::Header& h, const Message& msg, proto::Header* reply,

@@ -246,10 +246,17 @@ RedisStore::Table* RedisStore::sparse(uint32_t table) const {
 Status RedisStore::Fetch(Table* t, const uint64_t* keys, size_t n, bool create) {
   std::vector<uint64_t>& miss = t->miss;
   miss.clear();
+  // Each key's row, resolved once here for the caller (t->resolved); the misses filled in below.
+  std::vector<RowCache::Row*>& resolved = t->resolved;
+  resolved.resize(n);
+  constexpr size_t kAhead = 8;  // index slots prefetched this many keys ahead
   for (size_t i = 0; i < n; ++i) {
-    if (t->cache->Find(keys[i]) == nullptr) miss.push_back(keys[i]);
+    if (i + kAhead < n) t->cache->Prefetch(keys[i + kAhead]);
+    resolved[i] = t->cache->Find(keys[i]);
+    if (resolved[i] == nullptr) miss.push_back(keys[i]);
   }
   if (miss.empty()) return Status::OK();
+
   std::sort(miss.begin(), miss.end());
   miss.erase(std::unique(miss.begin(), miss.end()), miss.end());
   // One HMGET per bucket of the misses, formatted straight into the protocol buffer.
@@ -299,6 +306,10 @@ Status RedisStore::Fetch(Table* t, const uint64_t* keys, size_t n, bool create) 
       }
     }
   }
+  // Rows keep their addresses as others are inserted (row_cache.h): the hits are still valid.
+  for (size_t i = 0; i < n; ++i) {
+    if (resolved[i] == nullptr) resolved[i] = t->cache->Peek(keys[i]);
+  }
   return Status::OK();
 }
 
@@ -308,9 +319,9 @@ Status RedisStore::PullRows(uint32_t table, const uint64_t* keys, size_t n, floa
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
   OSPREY_RETURN_IF_ERROR(Fetch(t, keys, n, /*create=*/true));
   for (size_t i = 0; i < n; ++i) {
-    std::memcpy(out + i * t->dim, t->cache->Find(keys[i])->record, t->dim * sizeof(float));
+    std::memcpy(out + i * t->dim, t->resolved[i]->record, t->dim * sizeof(float));
   }
-  t->cache->MaybeEvict();
+  t->MaybeEvict();
   return Status::OK();
 }
 
@@ -323,21 +334,19 @@ Status RedisStore::VisitRows(uint32_t table, const uint64_t* keys, size_t n, Row
   Status s;
   for (size_t begin = 0; begin < n && s.ok(); begin += kRowBlockRows) {
     size_t m = std::min(kRowBlockRows, n - begin);
-    t->found.resize(m);
     t->rows.resize(m);
     t->history.resize(m);
+    RowCache::Row* const* found = t->resolved.data() + begin;
     for (size_t i = 0; i < m; ++i) {
-      RowCache::Row* row = t->cache->Find(keys[begin + i]);
-      t->found[i] = row;
-      t->rows[i] = row ? row->record : nullptr;
-      t->history[i] = row ? row->history : nullptr;
+      t->rows[i] = found[i] ? found[i]->record : nullptr;
+      t->history[i] = found[i] ? found[i]->history : nullptr;
     }
     s = fn(RowBlock{begin, m, t->rows.data(), t->history.data()});
     if (access == RowAccess::kUpdate) {
-      for (size_t i = 0; i < m; ++i) t->cache->MarkDirty(keys[begin + i], t->found[i]);
+      for (size_t i = 0; i < m; ++i) t->cache->MarkDirty(keys[begin + i], found[i]);
     }
   }
-  if (access != RowAccess::kUpdate) t->cache->MaybeEvict();
+  if (access != RowAccess::kUpdate) t->MaybeEvict();
   return s;
 }
 

@@ -58,6 +58,13 @@ class RedisStore : public Store {
   Status PullRows(uint32_t table, const uint64_t* keys, size_t n, float* out) override;
   Status VisitRows(uint32_t table, const uint64_t* keys, size_t n, RowAccess access,
                    const RowBlockFn& fn) override;
+  // Row ids (sparse tables, merge: server): a row's place in the hot-row cache. While ids are out
+  // (FindOrCreateRowIds .. ReleaseRowIds) the table's cache evicts nothing, so a held id never
+  // names another key's row; ReleaseRowIds evicts what is over capacity.
+  bool has_row_ids(uint32_t table) const override;
+  Status FindOrCreateRowIds(uint32_t table, const uint64_t* keys, size_t n, uint32_t* ids) override;
+  Status VisitRowsById(uint32_t table, const uint32_t* ids, size_t n, const RowBlockFn& fn) override;
+  void ReleaseRowIds(uint32_t table) override;
   Status Sync(uint32_t table) override;
   // merge: redis (redis_merge.cc): the optimizer step runs in Redis (osprey_apply).
   bool applies_merged(uint32_t table) const override;
@@ -120,7 +127,8 @@ class RedisStore : public Store {
   Table* sparse(uint32_t table) const;
   Table* any(uint32_t table) const;
   // Reads the rows of keys[0..n) missing from the cache (one pipelined batch); creates the
-  // absent ones when `create`.
+  // absent ones when `create`. On success t->resolved[i] is keys[i]'s row (null: not in Redis
+  // and not created).
   Status Fetch(Table* t, const uint64_t* keys, size_t n, bool create) REQUIRES(mu_);
   // Writes the dirty rows / chunks of `t` with `client`; `mu_` is held only to copy them.
   Status Flush(uint32_t table, redis::RedisClient* client) EXCLUDES(mu_, flush_mu_);

@@ -123,7 +123,7 @@ Status RedisStore::FlushLocked(uint32_t table, redis::RedisClient* client) {
     }
     if (ok && r[i].type == Reply::Type::kInteger && is_sparse) t->redis_rows += r[i].integer;
   }
-  if (is_sparse) t->cache->MaybeEvict();
+  if (is_sparse) t->MaybeEvict();
   return first.ok() ? marked : first;
 }
 

@@ -21,16 +21,22 @@ struct RedisStore::Table {
   bool adagrad = false;
   float lr = 0, eps = 0;
   std::unique_ptr<redis_store::RowCache> cache;
+  bool ids_out = false;  // row ids handed out and not released: evict nothing (redis_store.h)
+  // Evicts clean rows over the cache's capacity, unless row ids are out.
+  void MaybeEvict() {
+    if (!ids_out) cache->MaybeEvict();
+  }
   // Dense: chunks written since the last flush, and those given values (InitChunks / Redis).
   std::unordered_set<uint64_t> dirty_chunks;
   std::unordered_set<uint64_t> initialized;
   std::vector<PushMark> staged_pushes;  // write_through: the pushes the next Flush makes durable
   uint64_t redis_rows = 0;  // rows in Redis (HLEN at start + created since)
-  // Fetch scratch.
+  // Fetch scratch, and its result: resolved[i] = the row of the i-th key (null: none and not
+  // created), valid until the next Fetch.
   std::vector<uint64_t> miss;
+  std::vector<redis_store::RowCache::Row*> resolved;
   std::vector<std::vector<uint64_t>> by_bucket;
   // VisitRows scratch.
-  std::vector<redis_store::RowCache::Row*> found;
   std::vector<float*> rows;
   std::vector<uint64_t*> history;
 };

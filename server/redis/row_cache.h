@@ -68,6 +68,12 @@ class RowCache {
       if (s.key == key) return RowAt(s.id);
     }
   }
+  // The live row whose id is `id` (Row::id), or nullptr.
+  Row* ById(uint32_t id) const {
+    if (id >= next_id_) return nullptr;
+    Row* r = RowAt(id);
+    return r->live ? r : nullptr;
+  }
   // Hints the CPU to load the index slot of `key` (a batch walks its keys a few ahead).
   void Prefetch(uint64_t key) const { __builtin_prefetch(&index_[Home(key)]); }
   // A new row (record uninitialized, history zero) for a key not cached; the cached row if it is.

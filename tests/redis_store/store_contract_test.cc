@@ -285,6 +285,50 @@ TEST(RedisStoreTest, CacheBytesBoundsTheCachedRows) {
   EXPECT_GE(a->cached_rows(0), 1u);
 }
 
+// Row ids (merge windows apply by id): while ids are out, a cache of 20 rows evicts nothing even
+// as a pull of 300 other keys takes it far over capacity, so every id still names its own key's
+// row and the rows equal the native store's bit for bit; once released, the cache is trimmed.
+TEST(RedisStoreTest, RowIdsStayValidUntilReleased) {
+  Backend be = StartBackend(false);
+  config::RedisStoreConfig rc = be.Config();
+  rc.cache_rows = 20;
+  const int kDim = 4;
+  config::TableConfig sc = Sparse(kDim, "adagrad");
+  auto su = *Updater::Make(sc.optimizer);
+  NativeStore native;
+  std::unique_ptr<RedisStore> redis = Open(rc);
+  ASSERT_NE(redis, nullptr);
+  for (Store* s : std::vector<Store*>{&native, redis.get()}) {
+    ASSERT_TRUE(s->CreateTable(Spec(0, sc, *su)).ok());
+  }
+  ASSERT_TRUE(redis->has_row_ids(0));
+  std::vector<uint64_t> keys(100), others(300);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + 7 * i;
+  for (size_t i = 0; i < others.size(); ++i) others[i] = 90000 + i;
+  std::vector<float> g(keys.size() * kDim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 37) - 0.1f;
+  std::vector<const float*> gp(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) gp[i] = g.data() + i * kDim;
+  RowUpdate u;
+  u.version = 1;
+  std::vector<std::vector<float>> pulled;
+  for (Store* s : std::vector<Store*>{&native, redis.get()}) {
+    std::vector<uint32_t> ids(keys.size());
+    ASSERT_TRUE(s->FindOrCreateRowIds(0, keys.data(), keys.size(), ids.data()).ok());
+    std::vector<float>& out = pulled.emplace_back(others.size() * kDim);
+    ASSERT_TRUE(s->PullRows(0, others.data(), others.size(), out.data()).ok());
+    if (s == redis.get()) EXPECT_EQ(redis->cached_rows(0), 400u) << "rows evicted while ids were out";
+    Status st = su->ApplyRowsById(s, 0, ids.data(), ids.size(), kDim, gp.data(), u);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    s->ReleaseRowIds(0);
+    ASSERT_TRUE(s->Sync(0).ok());
+  }
+  EXPECT_LE(redis->cached_rows(0), 20u) << "the cache was not trimmed after the release";
+  const size_t rf = native.RecordFloats(0, 0);
+  EXPECT_EQ(Snapshot(redis.get(), 0, keys, rf), Snapshot(&native, 0, keys, rf));
+  EXPECT_EQ(pulled[1], pulled[0]);
+}
+
 // A scale step's part of the store (osprey scale; the whole step: scale_process_test): rows moved
 // from rank 0 to rank 1 -- imported there, erased here -- are in Redis under rank 1 only, with
 // the same records; more than kRowsPerCall rows a bucket are written and deleted in pieces; a

@@ -44,6 +44,7 @@ class FaultInjectingStore : public Store {
   Status VisitRowsById(uint32_t t, const uint32_t* ids, size_t n, const RowBlockFn& fn) override {
     return inner_->VisitRowsById(t, ids, n, [&](const RowBlock& b) { return Write(fn(b)); });
   }
+  void ReleaseRowIds(uint32_t t) override { inner_->ReleaseRowIds(t); }
   Status Sync(uint32_t t) override {
     if (!sync_error_.ok()) return sync_error_;
     return inner_->Sync(t);
