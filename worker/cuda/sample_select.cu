@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(kSelectThreads) AdaptKernel(DeviceState* st, c
       st->band_hi = s.window_lo;
       st->rank = static_cast<uint32_t>(rank);
       st->collect_active = 1;
+      st->widened = 1;
       if (last) st->window_lo = 0;
       widen_sh = last ? 0u : 1u;
       rank_sh = static_cast<uint32_t>(rank);

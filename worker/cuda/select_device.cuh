@@ -37,6 +37,8 @@ struct DeviceState {
   uint32_t rank;           // sampled method: rank in the sample (largest first) of window_lo
   uint32_t sample_prefix;  // sampled method: resolved digits of the sample's rank-th key
   uint32_t sample_need;    // sampled method: its rank among the keys matching sample_prefix
+  uint32_t r_sent;         // the fused pass left r = p - wire(p) at every buffered candidate
+  uint32_t widened;        // an extra collect pass ran (r was restored to p before it)
 };
 
 struct SelectWorkspace::Impl {
@@ -92,7 +94,15 @@ __device__ __forceinline__ float ComputeP(float g, float r, float* u, float m) {
   return g;
 }
 
-// Rounds v to the wire type, stores it as value i of `values`, returns what the receiver decodes.
+// What the receiver decodes for v sent as `type`.
+__device__ __forceinline__ float WireValue(codec::ValueType type, float v) {
+  if (type == codec::ValueType::kFp16) return codec::HalfBitsToFloat(codec::FloatToHalfBits(v));
+  if (type == codec::ValueType::kBf16) return codec::Bf16BitsToFloat(codec::FloatToBf16Bits(v));
+  return v;
+}
+
+// Rounds v to the wire type, stores it as value i of `values`, returns what the receiver decodes
+// (WireValue(type, v)).
 __device__ __forceinline__ float StoreValue(void* values, codec::ValueType type, uint32_t i, float v) {
   if (type == codec::ValueType::kFp16) {
     const uint16_t h = codec::FloatToHalfBits(v);
@@ -157,6 +167,11 @@ Status LaunchSampleThreshold(const EfArgs& a, int mode, uint64_t seed, uint32_t 
                              cudaStream_t stream);
 // Extra pass `pass` of the sampled method: widens the window when it held fewer than k_lo keys.
 Status LaunchAdapt(uint32_t pass, uint32_t samples, SelectWorkspace::Impl& ws, cudaStream_t stream);
+// After the sampled pipeline's first extra-pass decision: puts p back into r at the buffered
+// candidates when the fused pass had left the remainder there but the later steps read r densely
+// (an extra pass, or a candidate overflow). Costs a launch otherwise.
+Status LaunchRestoreCandidates(const EfTensor& t, SelectWorkspace::Impl& ws, const SourceArgs& src,
+                               cudaStream_t stream);
 // Writes the selected pairs (final_count of them) into the payload and fixes r and u.
 Status LaunchEmit(const EfTensor& t, const SparseOutput& out, SelectWorkspace::Impl& ws, const SourceArgs& src,
                   cudaStream_t stream);

@@ -175,6 +175,8 @@ __global__ void __launch_bounds__(kThreads) EmitKernel(DeviceState* st, SourceAr
   const DeviceState s = *st;
   const bool dense = src.dense(s);
   const uint32_t m = src.size(s);
+  // The fused pass left p - WireValue(p) in r at every candidate, and nothing read r since.
+  const bool remainder_in_r = r && s.r_sent && !s.widened && !dense;
   uint32_t* indices = static_cast<uint32_t*>(payload);
   void* values = static_cast<char*>(payload) + 4ull * s.final_count;
   for (size_t base = blockIdx.x * size_t{kEmitTile}; base < m; base += size_t{gridDim.x} * kEmitTile) {
@@ -192,15 +194,27 @@ __global__ void __launch_bounds__(kThreads) EmitKernel(DeviceState* st, SourceAr
     uint32_t pos = BlockAppend(__popc(mask), &st->out_count, append_sh);
 #pragma unroll
     for (int q = 0; q < kEmitItems; ++q) {
-      if (!(mask & (1u << q))) continue;
-      if (pos < s.final_count) {  // only the threshold API can overfill; the rest stay in r
+      const bool selected = mask & (1u << q);
+      // Only the threshold API can overfill; the rest stay in r.
+      if (selected && pos < s.final_count) {
         indices[pos] = index[q];
         const float decoded = StoreValue(values, type, pos, v[q]);
-        if (r) r[index[q]] = __fsub_rn(v[q], decoded);
+        if (r && !remainder_in_r) r[index[q]] = __fsub_rn(v[q], decoded);
         if (u) u[index[q]] = 0.0f;
+      } else if (remainder_in_r && base + q * kThreads + threadIdx.x < m) {
+        r[index[q]] = v[q];  // a candidate not sent keeps all of p
       }
-      ++pos;
+      pos += selected ? 1u : 0u;
     }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) RestoreCandidatesKernel(const DeviceState* st, SourceArgs src, float* r) {
+  const DeviceState s = *st;
+  if (!s.r_sent || !(s.widened || src.dense(s))) return;
+  const uint32_t m = min(s.cand_count, src.cand_capacity);
+  for (size_t j = blockIdx.x * size_t{blockDim.x} + threadIdx.x; j < m; j += size_t{gridDim.x} * blockDim.x) {
+    r[src.cand_idx[j]] = src.cand_val[j];
   }
 }
 
@@ -227,6 +241,15 @@ Status LaunchKeyLevel(int level, SelectWorkspace::Impl& ws, const SourceArgs& sr
   KeyHistogramKernel<<<grid, kThreads, 0, stream>>>(level, ws.d_state(), src, ws.hist.as<uint32_t>());
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return LaunchKeyDecide(level, ws, src, stream);
+}
+
+Status LaunchRestoreCandidates(const EfTensor& t, SelectWorkspace::Impl& ws, const SourceArgs& src,
+                               cudaStream_t stream) {
+  if (t.residual == nullptr) return Status::OK();
+  const int grid = GridFor(src.cand_capacity, kThreads * 4, ws.num_sms, 2);
+  RestoreCandidatesKernel<<<grid, kThreads, 0, stream>>>(ws.d_state(), src, t.residual);
+  OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
+  return Status::OK();
 }
 
 Status LaunchEmit(const EfTensor& t, const SparseOutput& out, SelectWorkspace::Impl& ws, const SourceArgs& src,

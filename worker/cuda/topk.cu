@@ -71,14 +71,17 @@ __device__ __forceinline__ void StoreTile(const EfArgs& a, size_t base, const fl
   }
 }
 
-// The one dense pass: forms p, writes r = p (residual fixed later only where sent), and either
-// collects candidates with window_lo <= key < band_hi (kCollect) or builds the level-0 key
-// histogram (kHist); with both, the histogram counts the collected keys only (the sampled
-// pipeline's level 0, so no histogram pass over the candidates). With `gated`, runs only when the
+// The one dense pass: forms p, writes r = p, and either collects candidates with window_lo <= key
+// < band_hi (kCollect) or builds the level-0 key histogram (kHist); with both, the histogram
+// counts the collected keys only (the sampled pipeline's level 0, so no histogram pass over the
+// candidates). With `send`, a buffered candidate's r is written as p - WireValue(type, p), what
+// error feedback keeps if it is sent: most candidates are, so the emit then restores only the few
+// that are not instead of scattering a write per sent pair. With `gated`, runs only when the
 // state asks for a collect pass (then it is the read-only "extra pass" over x, kMode == kPlain).
 template <int kMode, bool kCollect, bool kHist, bool kVec>
 __global__ void __launch_bounds__(kThreads) EfPassKernel(EfArgs a, DeviceState* st, uint32_t* cand_idx, float* cand_val,
-                                                         uint32_t cand_capacity, uint32_t* hist, bool gated) {
+                                                         uint32_t cand_capacity, uint32_t* hist, bool gated, bool send,
+                                                         codec::ValueType type) {
   __shared__ AppendStorage append_sh;
   __shared__ uint32_t hist_sh[kHist ? codec::kMaxDigitBins : 1];
   if (gated && !st->collect_active) return;
@@ -93,7 +96,6 @@ __global__ void __launch_bounds__(kThreads) EfPassKernel(EfArgs a, DeviceState* 
     LoadTile<kMode, kVec>(a, base, g, r, u);
 #pragma unroll
     for (int q = 0; q < kItems; ++q) p[q] = ComputeP<kMode>(g[q], r[q], &u[q], a.m);
-    StoreTile<kMode, kVec>(a, base, p, u);
     uint32_t mask = 0;
 #pragma unroll
     for (int q = 0; q < kItems; ++q) {
@@ -105,18 +107,21 @@ __global__ void __launch_bounds__(kThreads) EfPassKernel(EfArgs a, DeviceState* 
         if (kHist) atomicAdd(&hist_sh[key >> codec::KeyDigitShift(0)], 1u);
       }
     }
-    if (!kCollect) continue;
-    uint32_t pos = BlockAppend(__popc(mask), &st->cand_count, append_sh);
-    // Static q: a runtime index into p[] would move the tile from registers to local memory.
+    if (kCollect) {
+      uint32_t pos = BlockAppend(__popc(mask), &st->cand_count, append_sh);
+      // Static q: a runtime index into p[] would move the tile from registers to local memory.
 #pragma unroll
-    for (int q = 0; q < kItems; ++q) {
-      if (!(mask & (1u << q))) continue;
-      if (pos < cand_capacity) {  // else overflow: the later steps read the dense vector instead
-        cand_idx[pos] = static_cast<uint32_t>(TileElement(base, q));
-        cand_val[pos] = p[q];
+      for (int q = 0; q < kItems; ++q) {
+        if (!(mask & (1u << q))) continue;
+        if (pos < cand_capacity) {  // else overflow: the later steps read the dense vector instead
+          cand_idx[pos] = static_cast<uint32_t>(TileElement(base, q));
+          cand_val[pos] = p[q];
+          if (send) p[q] = __fsub_rn(p[q], WireValue(type, p[q]));
+        }
+        ++pos;
       }
-      ++pos;
     }
+    StoreTile<kMode, kVec>(a, base, p, u);
   }
   if (kHist) {
     __syncthreads();
@@ -126,7 +131,8 @@ __global__ void __launch_bounds__(kThreads) EfPassKernel(EfArgs a, DeviceState* 
   }
 }
 
-__global__ void ResetStateKernel(DeviceState* st, codec::SelectTargets t, uint32_t collect_active, uint32_t rank) {
+__global__ void ResetStateKernel(DeviceState* st, codec::SelectTargets t, uint32_t collect_active, uint32_t rank,
+                                 uint32_t r_sent) {
   DeviceState s = {};
   s.k = static_cast<uint32_t>(t.k);
   s.k_lo = static_cast<uint32_t>(t.k_lo);
@@ -135,6 +141,7 @@ __global__ void ResetStateKernel(DeviceState* st, codec::SelectTargets t, uint32
   s.collect_active = collect_active;
   s.sel_tie = UINT32_MAX;
   s.rank = rank;
+  s.r_sent = r_sent;
   *st = s;
 }
 
@@ -153,21 +160,31 @@ int ModeOf(const EfTensor& t) { return t.momentum ? kMomentum : (t.residual ? kR
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// How a pass runs (see EfPassKernel): gated on the state, and whether it leaves the wire
+// remainder of `type` in r at buffered candidates.
+struct PassOptions {
+  bool gated = false;
+  bool send = false;
+  codec::ValueType type = codec::ValueType::kFp32;
+};
+
 template <bool kCollect, bool kHist, int kMode>
-void LaunchEfPassMode(const EfArgs& a, bool vec, int grid, SelectWorkspace::Impl& w, bool gated, cudaStream_t s) {
+void LaunchEfPassMode(const EfArgs& a, bool vec, int grid, SelectWorkspace::Impl& w, const PassOptions& o,
+                      cudaStream_t s) {
   auto* kernel = vec ? EfPassKernel<kMode, kCollect, kHist, true> : EfPassKernel<kMode, kCollect, kHist, false>;
   kernel<<<grid, kThreads, 0, s>>>(a, w.d_state(), w.cand_idx.as<uint32_t>(), w.cand_val.as<float>(),
-                                   static_cast<uint32_t>(w.cand_capacity), w.hist.as<uint32_t>(), gated);
+                                   static_cast<uint32_t>(w.cand_capacity), w.hist.as<uint32_t>(), o.gated, o.send,
+                                   o.type);
 }
 
 template <bool kCollect, bool kHist>
-Status LaunchEfPass(const EfArgs& a, int mode, SelectWorkspace::Impl& w, bool gated, cudaStream_t s) {
+Status LaunchEfPass(const EfArgs& a, int mode, SelectWorkspace::Impl& w, const PassOptions& o, cudaStream_t s) {
   const bool vec = Aligned16(a.g) && Aligned16(a.r) && Aligned16(a.u);
   // A gated pass is rarely needed and otherwise costs only its launch: fewer, longer blocks.
-  const int grid = GridFor(a.n, kTile, w.num_sms, gated ? 2 : 8);
-  if (mode == kMomentum) LaunchEfPassMode<kCollect, kHist, kMomentum>(a, vec, grid, w, gated, s);
-  if (mode == kResidual) LaunchEfPassMode<kCollect, kHist, kResidual>(a, vec, grid, w, gated, s);
-  if (mode == kPlain) LaunchEfPassMode<kCollect, kHist, kPlain>(a, vec, grid, w, gated, s);
+  const int grid = GridFor(a.n, kTile, w.num_sms, o.gated ? 2 : 8);
+  if (mode == kMomentum) LaunchEfPassMode<kCollect, kHist, kMomentum>(a, vec, grid, w, o, s);
+  if (mode == kResidual) LaunchEfPassMode<kCollect, kHist, kResidual>(a, vec, grid, w, o, s);
+  if (mode == kPlain) LaunchEfPassMode<kCollect, kHist, kPlain>(a, vec, grid, w, o, s);
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return Status::OK();
 }
@@ -176,7 +193,9 @@ Status LaunchEfPass(const EfArgs& a, int mode, SelectWorkspace::Impl& w, bool ga
 // kCount adds the collected keys to the level-0 histogram.
 template <bool kCount>
 Status LaunchCollectBand(const float* x, uint32_t n, SelectWorkspace::Impl& w, cudaStream_t s) {
-  return LaunchEfPass<true, kCount>(EfArgs{x, nullptr, nullptr, 0.0f, n}, kPlain, w, /*gated=*/true, s);
+  PassOptions o;
+  o.gated = true;
+  return LaunchEfPass<true, kCount>(EfArgs{x, nullptr, nullptr, 0.0f, n}, kPlain, w, o, s);
 }
 
 Status CheckInputs(const EfTensor& t, const SparseOutput& out, SelectWorkspace* ws) {
@@ -193,7 +212,10 @@ Status CheckInputs(const EfTensor& t, const SparseOutput& out, SelectWorkspace* 
   return Status::OK();
 }
 
-Status SampledPipeline(const EfTensor& t, const TopKParams& p, SelectWorkspace::Impl& w, cudaStream_t s) {
+// With error feedback, the fused pass leaves each buffered candidate's wire remainder in r (the
+// state's r_sent, set by the reset); see EfPassKernel.
+Status SampledPipeline(const EfTensor& t, const TopKParams& p, codec::ValueType type, SelectWorkspace::Impl& w,
+                       cudaStream_t s) {
   const codec::SamplePlan& plan = p.plan;
   if (plan.samples == 0 || plan.samples > w.max_samples || plan.rank == 0 || plan.rank > plan.samples) {
     return InvalidArgument("sample plan of " + std::to_string(plan.samples) + " draws, rank " +
@@ -203,14 +225,19 @@ Status SampledPipeline(const EfTensor& t, const TopKParams& p, SelectWorkspace::
   const int mode = ModeOf(t);
   const uint32_t samples = static_cast<uint32_t>(plan.samples);
   OSPREY_RETURN_IF_ERROR(LaunchSampleThreshold(a, mode, p.seed, samples, w, s));
-  OSPREY_RETURN_IF_ERROR((LaunchEfPass<true, true>(a, mode, w, /*gated=*/false, s)));
+  PassOptions o;
+  o.send = t.residual != nullptr;
+  o.type = type;
+  OSPREY_RETURN_IF_ERROR((LaunchEfPass<true, true>(a, mode, w, o, s)));
   const float* x = t.residual ? t.residual : t.grad;
+  const SourceArgs src = MakeSource(w, x, t.n);
   for (uint32_t pass = 0; pass < codec::kMaxExtraPasses; ++pass) {
     OSPREY_RETURN_IF_ERROR(LaunchAdapt(pass, samples, w, s));
+    // An extra pass reads r as p (a widening at pass 1 implies one at pass 0).
+    if (pass == 0) OSPREY_RETURN_IF_ERROR(LaunchRestoreCandidates(t, w, src, s));
     OSPREY_RETURN_IF_ERROR(LaunchCollectBand<true>(x, a.n, w, s));
   }
   // Every collect pass counted what it took: level 0's histogram is complete.
-  const SourceArgs src = MakeSource(w, x, t.n);
   OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, src, s));
   for (int level = 1; level < codec::kNumKeyLevels; ++level) OSPREY_RETURN_IF_ERROR(LaunchKeyLevel(level, w, src, s));
   return Status::OK();
@@ -218,7 +245,7 @@ Status SampledPipeline(const EfTensor& t, const TopKParams& p, SelectWorkspace::
 
 Status HistogramPipeline(const EfTensor& t, SelectWorkspace::Impl& w, cudaStream_t s) {
   const EfArgs a{t.grad, t.residual, t.momentum, t.momentum_factor, static_cast<uint32_t>(t.n)};
-  OSPREY_RETURN_IF_ERROR((LaunchEfPass<false, true>(a, ModeOf(t), w, /*gated=*/false, s)));
+  OSPREY_RETURN_IF_ERROR((LaunchEfPass<false, true>(a, ModeOf(t), w, PassOptions{}, s)));
   const float* x = t.residual ? t.residual : t.grad;
   const SourceArgs src = MakeSource(w, x, t.n);
   OSPREY_RETURN_IF_ERROR(LaunchKeyDecide(0, w, src, s));
@@ -252,12 +279,12 @@ Status SelectByThreshold(const EfTensor& t, const float* d_threshold, const Spar
   if (d_threshold == nullptr) return InvalidArgument("null threshold");
   auto s = static_cast<cudaStream_t>(stream);
   SelectWorkspace::Impl& w = ws->impl();
-  ResetStateKernel<<<1, 1, 0, s>>>(w.d_state(), codec::SelectTargets{}, 0, 0);
+  ResetStateKernel<<<1, 1, 0, s>>>(w.d_state(), codec::SelectTargets{}, 0, 0, 0);
   SetThresholdKernel<<<1, 1, 0, s>>>(w.d_state(), d_threshold);
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   if (t.n == 0) return Status::OK();
   const EfArgs a{t.grad, t.residual, t.momentum, t.momentum_factor, static_cast<uint32_t>(t.n)};
-  OSPREY_RETURN_IF_ERROR((LaunchEfPass<true, false>(a, ModeOf(t), w, /*gated=*/false, s)));
+  OSPREY_RETURN_IF_ERROR((LaunchEfPass<true, false>(a, ModeOf(t), w, PassOptions{}, s)));
   FinishThresholdKernel<<<1, 1, 0, s>>>(w.d_state(), static_cast<uint32_t>(std::min<size_t>(out.capacity, UINT32_MAX)));
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   return LaunchEmit(t, out, w, MakeSource(w, t.residual ? t.residual : t.grad, t.n), s);
@@ -268,8 +295,9 @@ Status TopK(const EfTensor& t, const TopKParams& params, const SparseOutput& out
   auto s = static_cast<cudaStream_t>(stream);
   SelectWorkspace::Impl& w = ws->impl();
   const bool histogram = params.method == codec::TopKMethod::kHistogram;
+  const uint32_t r_sent = !histogram && t.residual != nullptr ? 1u : 0u;  // SampledPipeline's fused pass
   ResetStateKernel<<<1, 1, 0, s>>>(w.d_state(), params.targets, histogram ? 1u : 0u,
-                                   static_cast<uint32_t>(params.plan.rank));
+                                   static_cast<uint32_t>(params.plan.rank), r_sent);
   OSPREY_CUDA_RETURN_IF_LAUNCH_FAILED();
   if (t.n == 0) return Status::OK();  // final_count stays 0
   const codec::SelectTargets& k = params.targets;
@@ -281,7 +309,8 @@ Status TopK(const EfTensor& t, const TopKParams& params, const SparseOutput& out
     return InvalidArgument("sparse output holds " + std::to_string(out.capacity) + " pairs, k_hi is " +
                            std::to_string(k.k_hi));
   }
-  OSPREY_RETURN_IF_ERROR(histogram ? HistogramPipeline(t, w, s) : SampledPipeline(t, params, w, s));
+  OSPREY_RETURN_IF_ERROR(histogram ? HistogramPipeline(t, w, s)
+                                   : SampledPipeline(t, params, out.value_type, w, s));
   const SourceArgs src = MakeSource(w, t.residual ? t.residual : t.grad, t.n);
   return LaunchEmit(t, out, w, src, s);
 }
