@@ -19,7 +19,9 @@
 // one key at a time against ServersForKeys (8 lanes; AVX-512 where the CPU has it), for 8, 16, 24
 // and 300 servers, --keys random keys, median of --runs passes.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -176,6 +178,78 @@ int RunPlacement(const Options& o) {
   return 0;
 }
 
+// A bad `--store` flag: what was wrong, then the usage; exit status 2.
+[[noreturn]] void BadStoreFlag(const std::string& what) {
+  std::fprintf(stderr, "osprey-bench-server: %s\n", what.c_str());
+  Usage();
+  std::exit(2);
+}
+
+// The whole of `text` as a number (strtod), or BadStoreFlag naming the flag.
+double StoreFlagNumber(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || errno != 0 || !std::isfinite(v)) {
+    BadStoreFlag(flag + ": '" + text + "' is not a number");
+  }
+  return v;
+}
+
+// Each item of the comma-separated `list` must be one of `allowed`.
+void CheckStoreFlagList(const std::string& flag, const std::string& list,
+                        const std::vector<std::string>& allowed) {
+  size_t from = 0;
+  while (from <= list.size()) {
+    const size_t comma = std::min(list.find(',', from), list.size());
+    const std::string item = list.substr(from, comma - from);
+    if (std::find(allowed.begin(), allowed.end(), item) == allowed.end()) {
+      std::string all;
+      for (const std::string& x : allowed) all += (all.empty() ? "" : ", ") + x;
+      BadStoreFlag(flag + ": '" + item + "' is none of " + all);
+    }
+    from = comma + 1;
+  }
+}
+
+// `--store S [flags]` from argv[at] on (store_bench.h).
+StoreBenchOptions ParseStoreFlags(int argc, char** argv, int at) {
+  StoreBenchOptions so;
+  so.store = argv[at];
+  if (so.store != "native" && so.store != "redis" && so.store != "redis-cluster") {
+    BadStoreFlag("--store: '" + so.store + "' is none of native, redis, redis-cluster");
+  }
+  for (int i = at + 1; i < argc; i += 2) {
+    const std::string b = argv[i];
+    if (i + 1 >= argc) BadStoreFlag(b + ": no value");
+    const char* v = argv[i + 1];
+    auto whole = [&](double min, double max) {
+      const double x = StoreFlagNumber(b, v);
+      if (x != std::floor(x) || x < min || x > max) {
+        BadStoreFlag(b + ": '" + v + "' is not a whole number in [" + std::to_string(static_cast<long long>(min)) +
+                     ", " + std::to_string(static_cast<long long>(max)) + "]");
+      }
+      return x;
+    };
+    if (b == "--rows") so.rows = static_cast<size_t>(whole(1, 1e9));
+    else if (b == "--keys") so.keys = static_cast<size_t>(whole(1, 1e9));
+    else if (b == "--pushes") so.pushes = static_cast<int>(whole(1, 1e6));
+    else if (b == "--runs") so.runs = static_cast<int>(whole(1, 1000));
+    else if (b == "--dim") so.dim = static_cast<int>(whole(0, 64));
+    else if (b == "--seconds") so.seconds = StoreFlagNumber(b, v);
+    else if (b == "--zipf") so.zipf = StoreFlagNumber(b, v);
+    else if (b == "--policies") so.policies = v;
+    else if (b == "--caches") so.caches = v;
+    else BadStoreFlag("unknown flag '" + b + "'");
+  }
+  if (so.dim != 0 && so.dim != 16 && so.dim != 64) BadStoreFlag("--dim: 16 or 64 (0: both)");
+  if (so.seconds < 0) BadStoreFlag("--seconds: must be >= 0");
+  if (so.zipf < 0) BadStoreFlag("--zipf: must be >= 0 (0: uniform keys)");
+  CheckStoreFlagList("--policies", so.policies, {"write_through", "write_back", "merge_redis"});
+  CheckStoreFlagList("--caches", so.caches, {"0", "10", "100"});
+  return so;
+}
+
 }  // namespace
 }  // namespace osprey::server
 
@@ -191,28 +265,7 @@ int main(int argc, char** argv) {
     }
     if (i + 1 >= argc) Usage();
     if (a == "--store") {  // the Redis store matrix (store_bench.h), its own defaults
-      StoreBenchOptions so;
-      so.store = argv[++i];
-      for (++i; i < argc; i += 2) {
-        std::string b = argv[i];
-        if (i + 1 >= argc) Usage();
-        const char* v = argv[i + 1];
-        if (b == "--rows") so.rows = std::strtoull(v, nullptr, 10);
-        else if (b == "--keys") so.keys = std::strtoull(v, nullptr, 10);
-        else if (b == "--pushes") so.pushes = std::atoi(v);
-        else if (b == "--runs") so.runs = std::atoi(v);
-        else if (b == "--seconds") so.seconds = std::atof(v);
-        else if (b == "--zipf") so.zipf = std::atof(v);
-        else if (b == "--dim") so.dim = std::atoi(v);
-        else if (b == "--policies") so.policies = v;
-        else if (b == "--caches") so.caches = v;
-        else Usage();
-      }
-      if (so.store != "native" && so.store != "redis" && so.store != "redis-cluster") Usage();
-      if (so.rows == 0 || so.keys == 0 || so.pushes <= 0 || so.runs <= 0 || !(so.seconds >= 0) ||
-          !(so.zipf >= 0) || (so.dim != 0 && so.dim != 16 && so.dim != 64)) {
-        Usage();
-      }
+      const StoreBenchOptions so = ParseStoreFlags(argc, argv, i + 1);
 #ifdef OSPREY_BENCH_STORE
       return RunStoreBench(so);
 #else
