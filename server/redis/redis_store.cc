@@ -331,9 +331,16 @@ Status RedisStore::VisitRows(uint32_t table, const uint64_t* keys, size_t n, Row
   Table* t = sparse(table);
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
   OSPREY_RETURN_IF_ERROR(Fetch(t, keys, n, access != RowAccess::kRead));
+  Status s = VisitResolved(t, access == RowAccess::kUpdate, fn);
+  if (access != RowAccess::kUpdate) t->MaybeEvict();
+  return s;
+}
+
+Status RedisStore::VisitResolved(Table* t, bool update, const RowBlockFn& fn) {
+  const size_t n = t->resolved.size();
   Status s;
   for (size_t begin = 0; begin < n && s.ok(); begin += kRowBlockRows) {
-    size_t m = std::min(kRowBlockRows, n - begin);
+    const size_t m = std::min(kRowBlockRows, n - begin);
     t->rows.resize(m);
     t->history.resize(m);
     RowCache::Row* const* found = t->resolved.data() + begin;
@@ -342,11 +349,10 @@ Status RedisStore::VisitRows(uint32_t table, const uint64_t* keys, size_t n, Row
       t->history[i] = found[i] ? found[i]->history : nullptr;
     }
     s = fn(RowBlock{begin, m, t->rows.data(), t->history.data()});
-    if (access == RowAccess::kUpdate) {
-      for (size_t i = 0; i < m; ++i) t->cache->MarkDirty(keys[begin + i], found[i]);
+    if (update) {
+      for (size_t i = 0; i < m; ++i) t->cache->MarkDirty(found[i]);
     }
   }
-  if (access != RowAccess::kUpdate) t->MaybeEvict();
   return s;
 }
 

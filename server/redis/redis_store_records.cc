@@ -93,7 +93,7 @@ Status RedisStore::ImportRecord(uint32_t table, uint64_t key, const float* data,
   RowCache::Row* row = t->cache->Find(key);
   if (row == nullptr) row = t->cache->Insert(key);
   std::memcpy(row->record, data, floats * sizeof(float));
-  t->cache->MarkDirty(key, row);
+  t->cache->MarkDirty(row);
   return Status::OK();
 }
 

@@ -82,7 +82,7 @@ Status RedisStore::ReownRows(uint32_t table, int self, int ranks,
       if (!in_redis.count(key) && owner(key) != self) absent.push_back(key);
     });
     for (uint64_t key : absent) {
-      t->cache->MarkDirty(key, t->cache->Peek(key));
+      t->cache->MarkDirty(t->cache->Peek(key));
       OSPREY_RETURN_IF_ERROR(place(key, redis_store::Layout::Field(key)));
     }
   }

@@ -86,7 +86,7 @@ void RowCache::Drop(Row* r) {
   --size_;
 }
 
-void RowCache::MarkDirty(uint64_t /*key*/, Row* row) {
+void RowCache::MarkDirty(Row* row) {
   if (row->dirty_gen == 0) ++dirty_count_;
   row->dirty_gen = ++gen_;
   if (!row->listed) {

@@ -78,7 +78,7 @@ class RowCache {
   void Prefetch(uint64_t key) const { __builtin_prefetch(&index_[Home(key)]); }
   // A new row (record uninitialized, history zero) for a key not cached; the cached row if it is.
   Row* Insert(uint64_t key);
-  void MarkDirty(uint64_t key, Row* row);
+  void MarkDirty(Row* row);
   // The dirty rows written since the last TakeDirty, with their generations.
   std::vector<std::pair<uint64_t, uint64_t>> TakeDirty();
   // After a write of generation `gen` of `key` succeeded.

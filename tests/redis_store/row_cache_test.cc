@@ -15,14 +15,14 @@ namespace {
 TEST(RowCacheTest, DirtyRowsAreNeverEvictedAndGenerationsGuardCleaning) {
   RowCache c(4, /*capacity=*/0, config::CachePolicy::kLru);
   RowCache::Row* a = c.Insert(1);
-  c.MarkDirty(1, a);
+  c.MarkDirty(a);
   c.Insert(2);  // clean
   c.MaybeEvict();
   EXPECT_NE(c.Find(1), nullptr) << "a dirty row was evicted";
   EXPECT_EQ(c.Find(2), nullptr) << "capacity 0 keeps no clean row";
   auto taken = c.TakeDirty();
   ASSERT_EQ(taken.size(), 1u);
-  c.MarkDirty(1, c.Find(1));  // written again while the flush was in flight
+  c.MarkDirty(c.Find(1));  // written again while the flush was in flight
   c.MarkClean(1, taken[0].second);
   EXPECT_EQ(c.dirty(), 1u) << "the newer write must stay dirty";
   auto again = c.TakeDirty();
@@ -72,7 +72,7 @@ TEST(RowCacheTest, IndexAgreesWithAMapUnderChurn) {
       }
       r->record[0] = static_cast<float>(step);
       r->record[1] = static_cast<float>(k);
-      if (op < 2) c.MarkDirty(k, r);
+      if (op < 2) c.MarkDirty(r);
       want[k] = static_cast<float>(step);
     } else if (op < 8) {
       const size_t erased = c.Erase(&k, 1);
