@@ -331,27 +331,26 @@ Status RedisStore::VisitRows(uint32_t table, const uint64_t* keys, size_t n, Row
   Table* t = sparse(table);
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
   OSPREY_RETURN_IF_ERROR(Fetch(t, keys, n, access != RowAccess::kRead));
-  Status s = VisitResolved(t, access == RowAccess::kUpdate, fn);
+  Status s;
+  for (size_t begin = 0; begin < n && s.ok(); begin += kRowBlockRows) {
+    const size_t m = std::min(kRowBlockRows, n - begin);
+    s = VisitBlock(t, t->resolved.data() + begin, m, begin, access == RowAccess::kUpdate, fn);
+  }
   if (access != RowAccess::kUpdate) t->MaybeEvict();
   return s;
 }
 
-Status RedisStore::VisitResolved(Table* t, bool update, const RowBlockFn& fn) {
-  const size_t n = t->resolved.size();
-  Status s;
-  for (size_t begin = 0; begin < n && s.ok(); begin += kRowBlockRows) {
-    const size_t m = std::min(kRowBlockRows, n - begin);
-    t->rows.resize(m);
-    t->history.resize(m);
-    RowCache::Row* const* found = t->resolved.data() + begin;
-    for (size_t i = 0; i < m; ++i) {
-      t->rows[i] = found[i] ? found[i]->record : nullptr;
-      t->history[i] = found[i] ? found[i]->history : nullptr;
-    }
-    s = fn(RowBlock{begin, m, t->rows.data(), t->history.data()});
-    if (update) {
-      for (size_t i = 0; i < m; ++i) t->cache->MarkDirty(found[i]);
-    }
+Status RedisStore::VisitBlock(Table* t, RowCache::Row* const* found, size_t m, size_t begin,
+                              bool update, const RowBlockFn& fn) {
+  t->rows.resize(m);
+  t->history.resize(m);
+  for (size_t i = 0; i < m; ++i) {
+    t->rows[i] = found[i] ? found[i]->record : nullptr;
+    t->history[i] = found[i] ? found[i]->history : nullptr;
+  }
+  Status s = fn(RowBlock{begin, m, t->rows.data(), t->history.data()});
+  if (update) {
+    for (size_t i = 0; i < m; ++i) t->cache->MarkDirty(found[i]);
   }
   return s;
 }

@@ -130,9 +130,10 @@ class RedisStore : public Store {
   // absent ones when `create`. On success t->resolved[i] is keys[i]'s row (null: not in Redis
   // and not created).
   Status Fetch(Table* t, const uint64_t* keys, size_t n, bool create) REQUIRES(mu_);
-  // Hands t->resolved's rows to `fn` in blocks of kRowBlockRows (a null row: absent); marks them
-  // dirty after each block when `update`.
-  Status VisitResolved(Table* t, bool update, const RowBlockFn& fn) REQUIRES(mu_);
+  // Hands the m rows found[0..m) (a null row: absent; m <= kRowBlockRows) to `fn` as the block
+  // starting at `begin`; marks them dirty after it when `update`.
+  Status VisitBlock(Table* t, redis_store::RowCache::Row* const* found, size_t m, size_t begin,
+                    bool update, const RowBlockFn& fn) REQUIRES(mu_);
   // Writes the dirty rows / chunks of `t` with `client`; `mu_` is held only to copy them.
   Status Flush(uint32_t table, redis::RedisClient* client) EXCLUDES(mu_, flush_mu_);
   Status FlushLocked(uint32_t table, redis::RedisClient* client) REQUIRES(flush_mu_) EXCLUDES(mu_);

@@ -1,6 +1,7 @@
 // RedisStore: sparse row ids (Store::has_row_ids), a row's place in the table's hot-row cache, so
 // merge windows merge and apply by id as on the native store. Held ids pin the cache: nothing is
 // evicted from FindOrCreateRowIds until ReleaseRowIds (redis_store.h).
+#include <algorithm>
 #include <string>
 
 #include "server/redis/redis_store.h"
@@ -33,15 +34,21 @@ Status RedisStore::VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
   MutexLock l(&mu_);
   Table* t = sparse(table);
   if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
-  t->resolved.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    t->resolved[i] = t->cache->ById(ids[i]);
-    if (t->resolved[i] == nullptr) {
-      return Internal("redis store: row id " + std::to_string(ids[i]) + " of table " +
-                      std::to_string(table) + " names no cached row (an id held past ReleaseRowIds?)");
+  // A block at a time, so its rows are still in cache when `fn` runs.
+  Status s;
+  for (size_t begin = 0; begin < n && s.ok(); begin += kRowBlockRows) {
+    const size_t m = std::min(kRowBlockRows, n - begin);
+    t->resolved.resize(m);
+    for (size_t i = 0; i < m; ++i) {
+      t->resolved[i] = t->cache->ById(ids[begin + i]);
+      if (t->resolved[i] == nullptr) {
+        return Internal("redis store: row id " + std::to_string(ids[begin + i]) + " of table " +
+                        std::to_string(table) + " names no cached row (an id held past ReleaseRowIds?)");
+      }
     }
+    s = VisitBlock(t, t->resolved.data(), m, begin, /*update=*/true, fn);
   }
-  return VisitResolved(t, /*update=*/true, fn);
+  return s;
 }
 
 void RedisStore::ReleaseRowIds(uint32_t table) {
