@@ -96,7 +96,10 @@ TEST(CoordinatorRecoverTest, WaitingBarrierAndReportSentDuringTheOutageAreReSent
   st = barrier.get();
   EXPECT_TRUE(st.ok()) << "the barrier arrival that waited at the old coordinator: " << st.ToString();
   for (auto& n : nodes) {
-    EXPECT_GE(n->rejoins(), 1u);
+    // The coordinator counts a node back when its request arrives; the client counts its rejoin
+    // when the reply does, a moment later.
+    EXPECT_TRUE(osprey::testing::WaitUntil([&] { return n->rejoins() >= 1u; }, Ms(10000)))
+        << "a node did not see its re-registration answered";
     EXPECT_TRUE(n->heartbeat_status().ok()) << n->heartbeat_status().ToString();
   }
 
