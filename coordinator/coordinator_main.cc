@@ -1,5 +1,9 @@
 // osprey-coordinator --config FILE [--set key=value]... [--listen ENDPOINT] [--final-state PATH]
-//                    [--recover]
+//                    [--recover] [--endpoint-file PATH]
+//
+// --endpoint-file: once listening, the bound endpoint is written there (atomically). With port 0
+// the kernel picks the port at bind time, so nothing can take it between the pick and the bind
+// (osprey launch starts the coordinator that way and hands the endpoint to the other nodes).
 //
 // --recover: restart a coordinator that was killed mid-job, on the same endpoint: it rebuilds the
 // job from the nodes' re-registrations (they keep training meanwhile, for up to
@@ -32,6 +36,7 @@ struct Flags {
   osprey::config::NodeFlags node;  // --config, --set
   std::string listen;
   std::string final_state;
+  std::string endpoint_file;
   bool recover = false;
 };
 
@@ -100,6 +105,15 @@ int Run(const Flags& flags) {
   }
   std::printf("osprey-coordinator listening on %s\n", bound->c_str());
   std::fflush(stdout);
+  if (!flags.endpoint_file.empty()) {
+    Status written = coordinator::WriteFileAtomically(flags.endpoint_file, *bound + "\n");
+    if (!written.ok()) {
+      OSPREY_LOG_ERROR("--endpoint-file: {}", written.ToString());
+      exposer.reset();
+      coord.Stop();
+      return 1;
+    }
+  }
   Status result = coord.Wait();
   proto::ClusterState final_state = coord.State();
   exposer.reset();
@@ -126,6 +140,9 @@ int main(int argc, char** argv) {
   app.add_option("--listen", flags.listen, "endpoint to listen on (default: cluster.coordinator)");
   app.add_option("--final-state", flags.final_state,
                  "write the final ClusterState (binary protobuf) to this file on exit");
+  app.add_option("--endpoint-file", flags.endpoint_file,
+                 "once listening, write the bound endpoint (with the port the kernel picked for "
+                 "port 0) to this file");
   app.add_flag("--recover", flags.recover,
                "restarted mid-job: rebuild the job from the nodes' re-registrations");
   try {

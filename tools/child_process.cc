@@ -132,6 +132,17 @@ StatusOr<size_t> ChildSet::Spawn(const ChildSpec& spec) {
   return children_.size() - 1;
 }
 
+bool ChildSet::HasExited(size_t i) const {
+  const Child& c = children_[i];
+  if (!c.running) return true;
+  siginfo_t info;
+  std::memset(&info, 0, sizeof(info));
+  if (::waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return errno == ECHILD;
+  }
+  return info.si_pid == c.pid;
+}
+
 std::vector<size_t> ChildSet::ReapExited() {
   std::vector<size_t> exited;
   for (size_t i = 0; i < children_.size(); ++i) {

@@ -74,6 +74,8 @@ class ChildSet {
   size_t size() const { return children_.size(); }
   size_t running() const;
   bool running(size_t i) const { return children_[i].running; }
+  // Whether child i has exited, looked at without reaping it (ReapExited still reports it).
+  bool HasExited(size_t i) const;
   pid_t pid(size_t i) const { return children_[i].pid; }
   const ChildSpec& spec(size_t i) const { return children_[i].spec; }
   // Precondition: !running(i).

@@ -1,8 +1,5 @@
 #include "tools/launcher.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -62,6 +60,7 @@ class Launcher {
   Status CheckRestoreDir();
   Status StartChildren();
   Status StartLocalRedis(std::vector<std::string>* common_args);
+  StatusOr<std::string> WaitForCoordinatorEndpoint(const std::string& path);
   Status StartChild(const std::string& name, const std::string& binary,
                     std::vector<std::string> args, FILE* pids);
   int Monitor();
@@ -137,12 +136,7 @@ int Launcher::Prepare() {
   std::error_code ec;
   config_path_ = std::filesystem::absolute(o_.config_path, ec).string();
   if (ec) config_path_ = o_.config_path;
-  StatusOr<std::string> endpoint = ResolveCoordinatorEndpoint(config_.cluster.coordinator);
-  if (!endpoint.ok()) {
-    std::fprintf(stderr, "osprey launch: %s\n", endpoint.status().ToString().c_str());
-    return kExitSetup;
-  }
-  endpoint_ = *endpoint;
+  endpoint_ = config_.cluster.coordinator;  // tcp://H:0: the coordinator's bind picks the port
   bin_dir_ = o_.bin_dir.empty() ? SelfBinDir() : o_.bin_dir;
   for (const char* name : {"osprey-coordinator", "osprey-server", "osprey-worker"}) {
     if (!IsExecutable(bin_dir_ + "/" + name)) {
@@ -167,9 +161,6 @@ int Launcher::Prepare() {
   }
   progress_ = std::make_unique<ProgressMeter>(config_.train.steps);
   tty_ = ::isatty(STDERR_FILENO) == 1;
-  std::fprintf(stderr, "osprey launch: %d servers, %d workers; coordinator %s; logs in %s\n",
-               config_.cluster.num_servers, config_.cluster.num_workers, endpoint_.c_str(),
-               log_dir_.c_str());
   std::fprintf(stderr, "osprey launch: store %s\n", config::StoreName(config_.store).c_str());
   std::fprintf(stderr, "osprey launch: security %s\n",
                keys_dir_.empty() ? "none (unauthenticated, unencrypted: loopback only)"
@@ -249,17 +240,29 @@ Status Launcher::StartChildren() {
                                              });
   std::vector<std::string> common{"--config", config_path_};
   for (const std::string& s : o_.sets) common.insert(common.end(), {"--set", s});
-  common.insert(common.end(), {"--set", "cluster.coordinator=" + endpoint_});
   if (!keys_dir_.empty()) common.insert(common.end(), {"--set", "security.keys_dir=" + keys_dir_});
   OSPREY_RETURN_IF_ERROR(StartLocalRedis(&common));
 
+  // The coordinator binds first (port 0: the kernel picks a free port at bind time, so no other
+  // process can take it between a pick and the bind) and writes where it listens; the other
+  // nodes, and a restarted coordinator, are given that endpoint.
+  const std::string endpoint_file = log_dir_ + "/coordinator.endpoint";
+  std::error_code ec;
+  std::filesystem::remove(endpoint_file, ec);  // from an earlier run
   std::vector<std::string> args = common;
-  args.insert(args.end(), {"--final-state", log_dir_ + "/final_state.pb"});
+  args.insert(args.end(), {"--set", "cluster.coordinator=" + endpoint_, "--final-state",
+                           log_dir_ + "/final_state.pb", "--endpoint-file", endpoint_file});
   OSPREY_RETURN_IF_ERROR(
       StartChild("coordinator-0", bin_dir_ + "/osprey-coordinator", args, pids.get()));
   coordinator_ = children_.size() - 1;
-  supervisor_->Watch(coordinator_, CoordinatorRestartSpec(children_.spec(coordinator_)),
-                     /*status_is_verdict=*/true);
+  OSPREY_ASSIGN_OR_RETURN(endpoint_, WaitForCoordinatorEndpoint(endpoint_file));
+  ChildSpec restart = CoordinatorRestartSpec(children_.spec(coordinator_));
+  restart.args.insert(restart.args.end(), {"--listen", endpoint_});
+  supervisor_->Watch(coordinator_, std::move(restart), /*status_is_verdict=*/true);
+  common.insert(common.end(), {"--set", "cluster.coordinator=" + endpoint_});
+  std::fprintf(stderr, "osprey launch: %d servers, %d workers; coordinator %s; logs in %s\n",
+               config_.cluster.num_servers, config_.cluster.num_workers, endpoint_.c_str(),
+               log_dir_.c_str());
   std::vector<std::string> server_args = common;
   if (!restore_dir_.empty()) server_args.insert(server_args.end(), {"--restore", restore_dir_});
   for (int i = 0; i < config_.cluster.num_servers; ++i) {
@@ -306,6 +309,26 @@ Status Launcher::StartLocalRedis(std::vector<std::string>* common_args) {
                redis_->endpoints().c_str());
   common_args->insert(common_args->end(), {"--set", "store.redis.endpoints=" + redis_->endpoints()});
   return Status::OK();
+}
+
+// The endpoint the coordinator wrote once listening. Bounded: the coordinator exiting first
+// (its log says why: a port taken, a bad config) or 60 s without it fail the launch.
+StatusOr<std::string> Launcher::WaitForCoordinatorEndpoint(const std::string& path) {
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (true) {
+    std::ifstream in(path);
+    std::string line;
+    if (in && std::getline(in, line) && !line.empty()) return line;  // written atomically
+    if (int sig = ReceivedStopSignal()) {
+      return Aborted("interrupted by signal " + std::to_string(sig) + " while starting processes");
+    }
+    if (children_.HasExited(coordinator_) || Clock::now() > deadline) {
+      return Unavailable("the coordinator did not start listening on " + endpoint_ + ": see " +
+                         children_.spec(coordinator_).log_path + "\n" +
+                         TailOfFile(children_.spec(coordinator_).log_path, 5));
+    }
+    std::this_thread::sleep_for(Ms(10));
+  }
 }
 
 Status Launcher::StartChild(const std::string& name, const std::string& binary,
@@ -468,29 +491,6 @@ int Launcher::Finish() {
 }
 
 }  // namespace
-
-StatusOr<std::string> ResolveCoordinatorEndpoint(const std::string& endpoint) {
-  const size_t colon = endpoint.rfind(':');
-  if (endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon < 6 ||
-      endpoint.substr(colon + 1) != "0") {
-    return endpoint;
-  }
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Unavailable(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    int err = errno;
-    ::close(fd);
-    return Unavailable(std::string("cannot reserve a loopback port: ") + std::strerror(err));
-  }
-  ::close(fd);
-  return "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-}
 
 int RunLaunch(const LaunchOptions& options) { return Launcher(options).Run(); }
 

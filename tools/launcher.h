@@ -62,8 +62,4 @@ struct LaunchOptions {
 // 128 + signal when interrupted).
 int RunLaunch(const LaunchOptions& options);
 
-// "tcp://H:0" -> "tcp://127.0.0.1:<free port>"; any other endpoint is returned unchanged.
-// Unavailable when no port could be reserved.
-StatusOr<std::string> ResolveCoordinatorEndpoint(const std::string& endpoint);
-
 }  // namespace osprey::tools

@@ -332,15 +332,6 @@ TEST(ReportTest, MissingEvaluationIsNullInJson) {
   EXPECT_NE(ReportJson(r).find("\"auc\": null"), std::string::npos);
 }
 
-TEST(LauncherEndpointTest, PortZeroBecomesAFreeLoopbackPort) {
-  StatusOr<std::string> ep = ResolveCoordinatorEndpoint("tcp://127.0.0.1:0");
-  ASSERT_TRUE(ep.ok());
-  ASSERT_EQ(ep->rfind("tcp://127.0.0.1:", 0), 0u);
-  EXPECT_GT(std::stoi(ep->substr(16)), 0);
-  EXPECT_EQ(*ResolveCoordinatorEndpoint("tcp://127.0.0.1:7000"), "tcp://127.0.0.1:7000");
-  EXPECT_EQ(*ResolveCoordinatorEndpoint("ipc:///tmp/x.sock"), "ipc:///tmp/x.sock");
-}
-
 TEST(TailOfFileTest, ReturnsTheLastLines) {
   TempDir tmp;
   const std::string path = tmp.path() + "/log";

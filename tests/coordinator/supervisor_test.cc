@@ -37,6 +37,9 @@ TEST(SupervisorTest, RestartsServerWithRankAndRestoreAndCoordinatorWithRecover) 
   // First run: the coordinator is killed by SIGKILL, the server exits 1; later runs wait.
   auto stand_in = [&](const std::string& role, const std::string& die) {
     WriteScript(bin + "/osprey-" + role, "echo \"" + role + " $*\" | tee -a " + args + "\n" +
+                                             // where it \"listens\", as the real one says once bound
+                                             "prev=; for a in \"$@\"; do [ \"$prev\" = --endpoint-file ] && "
+                                             "echo tcp://127.0.0.1:1 > \"$a\"; prev=$a; done\n" +
                                              "if [ ! -f " + dir + "/" + role + ".once ]; then touch " +
                                              dir + "/" + role + ".once; " + die + "; fi\n" +
                                              "exec sleep 300\n");
@@ -69,7 +72,8 @@ TEST(SupervisorTest, RestartsServerWithRankAndRestoreAndCoordinatorWithRecover) 
   EXPECT_NE(recorded.find("worker --config"), std::string::npos) << recorded;
   EXPECT_NE(recorded.find("--rank 0"), std::string::npos) << "servers and workers start with their rank\n" << recorded;
   EXPECT_NE(recorded.find("--rank 0 --restore " + dir + "/ckpt"), std::string::npos) << recorded;
-  EXPECT_NE(recorded.find("--recover"), std::string::npos) << recorded;
+  EXPECT_NE(recorded.find("--recover --listen tcp://127.0.0.1:1"), std::string::npos)
+      << "the coordinator restarts on the endpoint it bound\n" << recorded;
   EXPECT_NE(err.find("coordinator-0 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find(") was killed by signal 9 (Killed); restart 1 of 3"), std::string::npos) << err;
   EXPECT_NE(err.find(") exited with status 1; restart 1 of 3"), std::string::npos) << err;
