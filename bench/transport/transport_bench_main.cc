@@ -3,7 +3,7 @@
 // sizes (bench/transport_raw) measured in the same run as the ceiling.
 //
 //   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc | rdma]
-//                          [--dense-sizes BYTES...] [--dense-only]
+//                          [--dense-sizes BYTES...] [--dense-only | --pipelined-only]
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
 // 16 pipelined 4 KiB pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD
@@ -13,7 +13,7 @@
 // osprey_cases.h; the table and JSON fields: bench_report.h.
 // --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
 // --dense-sizes replaces the plan's dense sizes; --dense-only skips the pipelined and sparse cases
-// (to compare builds on a few dense sizes quickly).
+// (to compare builds on a few dense sizes quickly); --pipelined-only runs the pipelined case alone.
 //
 // --transport rdma (builds with libibverbs): the RdmaTransport on the loopback verbs test double,
 // CPU cost per message next to ZeroMQ ipc and in-process -- not network speed (rdma_loopback_bench.h).
@@ -56,6 +56,7 @@ struct Plan {
   int window = 16;
   std::vector<SparseCase> sparse;
   bool dense_only = false;
+  bool pipelined_only = false;
   TimingOptions timing;
 };
 
@@ -227,6 +228,7 @@ Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan&
 Status RunTransport(const std::string& tr, const ServerProcess& server, const Plan& plan,
                     std::vector<BenchRecord>* out) {
   std::fprintf(stderr, "%s: server %s\n", tr.c_str(), server.endpoint().c_str());
+  if (plan.pipelined_only) return RunPipelined(tr, server, plan, out);
   for (size_t bytes : plan.dense_bytes) {
     OSPREY_RETURN_IF_ERROR(RunDenseSize(tr, server, plan, bytes, out));
   }
@@ -242,6 +244,7 @@ int Main(int argc, char** argv) {
   int runs = 0;
   bool quick = false;
   bool dense_only = false;
+  bool pipelined_only = false;
   std::vector<size_t> dense_sizes;
   std::vector<std::string> transports = {"tcp", "ipc"};
   app.add_option("--json", json_path, "also write the results as a JSON array to PATH");
@@ -252,6 +255,8 @@ int Main(int argc, char** argv) {
                                                "the plan's")
       ->check(CLI::PositiveNumber);
   app.add_flag("--dense-only", dense_only, "only the dense cases (no pipelined or sparse ones)");
+  app.add_flag("--pipelined-only", pipelined_only, "only the pipelined 4 KiB pushes")
+      ->excludes("--dense-only");
   app.add_option("--transport", transports, "tcp and/or ipc; or rdma (loopback verbs, CPU cost only)")
       ->check(CLI::IsMember({"tcp", "ipc", "rdma"}));
   std::string security = "none";
@@ -285,6 +290,7 @@ int Main(int argc, char** argv) {
   }
   if (!dense_sizes.empty()) plan.dense_bytes = dense_sizes;
   plan.dense_only = dense_only;
+  plan.pipelined_only = pipelined_only;
   const std::vector<config::TableConfig> tables = BenchTables(plan);
 
   std::string keys_dir;
