@@ -109,6 +109,17 @@ Status TableShard::StoreApply(const uint64_t* keys, size_t n, const float* const
   return updater_->ApplyRows(store_, id_, keys, n, spec_.dim(), g, u);
 }
 
+Status TableShard::StoreApplyById(size_t n, const float* g, const ApplyOptions& o,
+                                  const ApplyOptions* row_options) {
+  const size_t dim = spec_.dim();
+  gp_.resize(n);
+  for (size_t i = 0; i < n; ++i) gp_[i] = g + i * dim;
+  RowUpdate u(o);
+  u.row_options = row_options;
+  u.version = version_ + 1;
+  return updater_->ApplyRowsById(store_, id_, ids_.data(), n, dim, gp_.data(), u);
+}
+
 Status TableShard::Push(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
                         int64_t now_us, Ack* ack) {
   return PushImpl(h, keys, n, g, nullptr, now_us, ack);
@@ -136,14 +147,18 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   const uint64_t s = Staleness(h);
   // Sparse pushes based on an old version get per-row staleness; with s = 0 every row has 0.
   const bool per_row = sparse() && s > 0;
+  // One hash probe per key: on a store with row ids, the rows read here are resolved to ids once
+  // (in ids_), and the merge or the apply below goes by those ids. Not with skipped non-finite
+  // rows, which must not even be created.
+  const bool by_id = row_ids_ && !any_bad && (dc_ != nullptr || per_row);
   if (sparse() && (dc_ || per_row)) {
-    OSPREY_RETURN_IF_ERROR(ReadPushRows(h, keys, n, dc_ != nullptr, per_row, s));
+    OSPREY_RETURN_IF_ERROR(ReadPushRows(h, keys, n, dc_ != nullptr, per_row, s, by_id));
   }
   // DC-ASGD: compensate against the weights now, before anything else uses g.
   if (dc_) OSPREY_RETURN_IF_ERROR(Compensate(h, keys, n, &g));
   if (per_row) {
     const size_t before = n;
-    RowPolicies(&keys, &n, &g);
+    RowPolicies(&keys, &n, &g, by_id);
     if (n == 0 && before > 0) {
       counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
       return Status::OK();
@@ -160,7 +175,7 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   // applied now, a window of its own: the oldest open window may be one nobody closes any more.
   const bool late_outside = policy_->windows_per_clock() && h.clock() < done_ && !any_bad &&
                             clocks_.LeftBarrier(h.worker_rank());
-  if (late_outside || policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(h, keys, n, g, per_row, s);
+  if (late_outside || policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(h, keys, n, g, per_row, s, by_id);
   Window& w = WindowFor(h, now_us);
   ++w.pushes;
   if (marks_) w.marks.push_back(MarkOf(h));
@@ -178,13 +193,13 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   const bool by_ref = values != nullptr && g == values->as<float>();
   if (by_ref && row_ids_) w.rows.Hold(*values);
   if (by_ref && !row_ids_) w.buffer.Hold(*values);
-  if (row_ids_) return MergeRows(&w, keys, n, g, by_ref, any_bad, per_row);
+  if (row_ids_) return MergeRows(&w, keys, n, g, by_ref, any_bad, per_row, by_id);
   MergeKeys(&w, keys, n, g, by_ref, any_bad, per_row);
   return Status::OK();
 }
 
 Status TableShard::ApplyOnArrival(const proto::Header& h, const uint64_t* keys, size_t n,
-                                  const float* g, bool per_row, uint64_t s) {
+                                  const float* g, bool per_row, uint64_t s, bool by_id) {
   // A window of one push: apply in place, no merge buffer.
   const ApplyOptions* row_options = nullptr;
   if (per_row) {
@@ -194,7 +209,8 @@ Status TableShard::ApplyOnArrival(const proto::Header& h, const uint64_t* keys, 
     }
     row_options = row_opts_.data();
   }
-  Status st = StoreApply(keys, n, g, Options(1, LrWeight(s), static_cast<double>(s)), row_options);
+  const ApplyOptions o = Options(1, LrWeight(s), static_cast<double>(s));
+  Status st = by_id ? StoreApplyById(n, g, o, row_options) : StoreApply(keys, n, g, o, row_options);
   if (st.ok() && lifecycle_) st = lifecycle_->Applied(keys, n, version_ + 1, now_us_);
   if (st.ok() && marks_) {
     const Store::PushMark mark = MarkOf(h);
@@ -246,10 +262,12 @@ void TableShard::MergeKeys(Window* w, const uint64_t* keys, size_t n, const floa
 }
 
 Status TableShard::MergeRows(Window* w, const uint64_t* keys, size_t n, const float* g,
-                             bool by_ref, bool any_bad, bool per_row) {
+                             bool by_ref, bool any_bad, bool per_row, bool have_ids) {
   const size_t dim = spec_.dim();
-  ids_.resize(n);
-  if (!any_bad) OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys, n, ids_.data()));
+  if (!have_ids) {
+    ids_.resize(n);
+    if (!any_bad) OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys, n, ids_.data()));
+  }
   for (size_t i = 0; i < n; ++i) {
     const float* row_g = g + i * dim;
     if (any_bad) {  // skip_row: left-out rows are not even created

@@ -252,19 +252,22 @@ class TableShard {
   ApplyOptions Options(int pushes, double lr_weight_sum, double staleness_sum) const;
   // Sparse rows of a push read before merging, in one store visit: the weights now into dc_w_
   // (DC-ASGD) and / or the rows' staleness since h.version() into row_s_ (per_row).
+  // With by_id the rows are resolved to ids (into ids_, creating missing rows) and read by id.
   Status ReadPushRows(const proto::Header& h, const uint64_t* keys, size_t n, bool weights,
-                      bool per_row, uint64_t s);
+                      bool per_row, uint64_t s, bool by_id);
   // DC-ASGD: replaces *g by the compensated gradient (in dc_g_).
   Status Compensate(const proto::Header& h, const uint64_t* keys, size_t n, const float** g);
   // Sparse per-row staleness policies for a push of table staleness s > 0, from row_s_: counts
   // the histogram and compacts keys / g (into kept_keys_ / kept_g_) when drop_above leaves rows
   // out.
-  void RowPolicies(const uint64_t** keys, size_t* n, const float** g);
+  // With by_id, ids_ is compacted alike.
+  void RowPolicies(const uint64_t** keys, size_t* n, const float** g, bool by_id);
   // Per-row options of a window's n rows from the merge buffer's entry stats.
   const ApplyOptions* RowOptions(const MergeBuffer::EntryStats* st, size_t n, float grad_scale);
   // Merges a push's n rows (gradients at g, kept by reference when by_ref) into w.rows.
+  // have_ids: ids_ already holds the rows' ids (ReadPushRows by id).
   Status MergeRows(Window* w, const uint64_t* keys, size_t n, const float* g, bool by_ref,
-                   bool any_bad, bool per_row);
+                   bool any_bad, bool per_row, bool have_ids);
   // The same into w.buffer (by key).
   void MergeKeys(Window* w, const uint64_t* keys, size_t n, const float* g, bool by_ref,
                  bool any_bad, bool per_row);
@@ -272,9 +275,9 @@ class TableShard {
   // values: the push's frame when g points into it (merged by reference), else null.
   Status PushImpl(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
                   const Buffer* values, int64_t now_us, Ack* ack);
-  // A push of one-push windows: applied at once.
+  // A push of one-push windows: applied at once (by_id: to the rows of ids_).
   Status ApplyOnArrival(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
-                        bool per_row, uint64_t s);
+                        bool per_row, uint64_t s, bool by_id);
   Store::PushMark MarkOf(const proto::Header& h) const {
     return Store::PushMark{id_, static_cast<int>(h.worker_rank()), h.worker_incarnation(),
                            h.request_id()};
@@ -285,6 +288,9 @@ class TableShard {
                     const ApplyOptions* row_options = nullptr);
   Status StoreApply(const uint64_t* keys, size_t n, const float* const* g, const ApplyOptions& o,
                     const ApplyOptions* row_options);
+  // StoreApply of n contiguous rows g to the rows of ids_[0..n).
+  Status StoreApplyById(size_t n, const float* g, const ApplyOptions& o,
+                        const ApplyOptions* row_options);
   Status ApplyWindow(Window* w, int64_t clock);
   Status ApplyMerged(Window* w);
   // Marks the table failed by `cause` while applying the window of `clock` (see above) and
@@ -343,6 +349,7 @@ class TableShard {
   std::vector<float> dc_g_, dc_w_;
   std::vector<uint64_t> row_s_, kept_keys_;
   std::vector<uint32_t> ids_;
+  std::vector<const float*> gp_;
   std::vector<float> kept_g_;
   std::vector<ApplyOptions> row_opts_;
 };

@@ -19,21 +19,34 @@ ApplyOptions TableShard::Options(int pushes, double lr_weight_sum, double stalen
 }
 
 Status TableShard::ReadPushRows(const proto::Header& h, const uint64_t* keys, size_t n,
-                                bool weights, bool per_row, uint64_t s) {
+                                bool weights, bool per_row, uint64_t s, bool by_id) {
   const size_t dim = spec_.dim();
   if (weights) dc_w_.resize(n * dim);
   if (per_row) row_s_.resize(n);
-  // DC-ASGD reads (and, as a pull would, creates) the rows; staleness alone creates nothing.
-  const RowAccess access = weights ? RowAccess::kReadOrCreate : RowAccess::kRead;
   const uint64_t since = h.version();
-  return store_->VisitRows(id_, keys, n, access, [&](const RowBlock& b) {
+  auto read = [&](const RowBlock& b) {
+    constexpr size_t kAhead = 8;  // by id the rows come unprefetched: ask ahead for them
     for (size_t j = 0; j < b.n; ++j) {
+      if (by_id && j + kAhead < b.n) {
+        if (per_row) __builtin_prefetch(b.history[j + kAhead]);
+        if (weights) __builtin_prefetch(b.rows[j + kAhead]);
+      }
       if (weights) std::copy(b.rows[j], b.rows[j] + dim, dc_w_.data() + (b.begin + j) * dim);
       if (!per_row) continue;
       row_s_[b.begin + j] = Updater::RowStaleness(b.history[j], since, s);
     }
     return Status::OK();
-  });
+  };
+  if (by_id) {
+    // The rows are created here, before the merge or apply that would create them anyway: a new
+    // row has no history (staleness 0), as a missing one would have.
+    ids_.resize(n);
+    OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys, n, ids_.data()));
+    return store_->VisitRowsById(id_, ids_.data(), n, read);
+  }
+  // DC-ASGD reads (and, as a pull would, creates) the rows; staleness alone creates nothing.
+  const RowAccess access = weights ? RowAccess::kReadOrCreate : RowAccess::kRead;
+  return store_->VisitRows(id_, keys, n, access, read);
 }
 
 Status TableShard::Compensate(const proto::Header& h, const uint64_t* keys, size_t n,
@@ -55,7 +68,7 @@ Status TableShard::Compensate(const proto::Header& h, const uint64_t* keys, size
   return Status::OK();
 }
 
-void TableShard::RowPolicies(const uint64_t** keys, size_t* n, const float** g) {
+void TableShard::RowPolicies(const uint64_t** keys, size_t* n, const float** g, bool by_id) {
   uint64_t hist[ServerCounters::kStalenessBuckets] = {};
   size_t dropped = 0;
   for (size_t i = 0; i < *n; ++i) {
@@ -75,9 +88,11 @@ void TableShard::RowPolicies(const uint64_t** keys, size_t* n, const float** g) 
     if (row_s_[i] > static_cast<uint64_t>(rules_.drop_above)) continue;
     kept_keys_.push_back((*keys)[i]);
     kept_g_.insert(kept_g_.end(), *g + i * dim, *g + (i + 1) * dim);
+    if (by_id) ids_[kept] = ids_[i];
     row_s_[kept++] = row_s_[i];
   }
   row_s_.resize(kept);
+  if (by_id) ids_.resize(kept);
   *keys = kept_keys_.data();
   *g = kept_g_.data();
   *n = kept;
