@@ -6,7 +6,11 @@
 // server and worker. RealBinaries: the same checks with the real osprey-server / osprey-worker,
 // skipped when they are not built.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -211,6 +215,36 @@ TEST_F(StandInBinaries, CoordinatorFailureNamesTheMissingNodes) {
   const std::string err = ReadFile(p.err_path);
   EXPECT_NE(err.find("missing 1 of 1 servers and 2 of 2 workers"), std::string::npos) << err;
   EXPECT_TRUE(AllGone(PidsOf(ReadPids(logs_)), Ms(2000)));
+}
+
+// The coordinator cannot bind (its port is taken): the launch fails at once, with the
+// coordinator's own error, and starts no server or worker.
+TEST_F(StandInBinaries, CoordinatorThatCannotListenFailsTheLaunchWithItsError) {
+  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  Proc p = Spawn({Osprey(), "launch", kLocalConfig, "--set", "cluster.servers=1", "--set",
+                  "cluster.workers=2", "--set", "cluster.coordinator=" + endpoint, "--bin-dir", bin_,
+                  "--log-dir", logs_},
+                 dir_);
+  std::optional<int> status = WaitExit(p.pid, std::chrono::seconds(60));
+  ::close(taken);
+  ASSERT_TRUE(status.has_value()) << "timed out";
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  const std::string err = ReadFile(p.err_path);
+  EXPECT_NE(err.find("the coordinator did not start listening on " + endpoint), std::string::npos) << err;
+  EXPECT_NE(err.find("coordinator-0.log"), std::string::npos) << err;
+  EXPECT_NE(err.find("cannot listen on " + endpoint), std::string::npos)
+      << "the coordinator's own error, from its log\n" << err;
+  for (const auto& [name, pid] : ReadPids(logs_)) EXPECT_EQ(name, "coordinator-0") << "started " << name;
 }
 
 TEST_F(StandInBinaries, StallGuardFailsAJobThatDoesNotMove) {
