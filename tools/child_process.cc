@@ -132,15 +132,25 @@ StatusOr<size_t> ChildSet::Spawn(const ChildSpec& spec) {
   return children_.size() - 1;
 }
 
-bool ChildSet::HasExited(size_t i) const {
-  const Child& c = children_[i];
-  if (!c.running) return true;
+namespace {
+
+enum class Peek { kRunning, kExited, kGone };
+
+// Whether `pid` has exited, looked at without reaping it (WNOWAIT: the zombie keeps the group id
+// reserved while the rest of its group is killed). kGone: reaped behind our back.
+Peek PeekChild(pid_t pid) {
   siginfo_t info;
   std::memset(&info, 0, sizeof(info));
-  if (::waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
-    return errno == ECHILD;
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return errno == ECHILD ? Peek::kGone : Peek::kRunning;
   }
-  return info.si_pid == c.pid;
+  return info.si_pid == pid ? Peek::kExited : Peek::kRunning;
+}
+
+}  // namespace
+
+bool ChildSet::HasExited(size_t i) const {
+  return !children_[i].running || PeekChild(children_[i].pid) != Peek::kRunning;
 }
 
 std::vector<size_t> ChildSet::ReapExited() {
@@ -148,18 +158,14 @@ std::vector<size_t> ChildSet::ReapExited() {
   for (size_t i = 0; i < children_.size(); ++i) {
     Child& c = children_[i];
     if (!c.running) continue;
-    siginfo_t info;
-    std::memset(&info, 0, sizeof(info));
-    // WNOWAIT: look without reaping, so the zombie keeps the group id reserved while the rest of
-    // its group is killed.
-    if (::waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
-      if (errno != ECHILD) continue;
-      c.running = false;  // reaped behind our back: nothing to wait for
+    const Peek peek = PeekChild(c.pid);
+    if (peek == Peek::kRunning) continue;
+    if (peek == Peek::kGone) {
+      c.running = false;  // nothing to wait for
       c.exit = ExitInfo{false, 0, SIGKILL};
       exited.push_back(i);
       continue;
     }
-    if (info.si_pid != c.pid) continue;  // still running
     ::kill(-c.pid, SIGKILL);
     int status = 0;
     while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
