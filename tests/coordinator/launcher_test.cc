@@ -247,6 +247,21 @@ TEST_F(StandInBinaries, CoordinatorThatCannotListenFailsTheLaunchWithItsError) {
   for (const auto& [name, pid] : ReadPids(logs_)) EXPECT_EQ(name, "coordinator-0") << "started " << name;
 }
 
+// --endpoint-file where no file can be written: the coordinator stops with exit status 1 and an
+// error naming the flag and the path, so a launcher waiting for the file learns why.
+TEST_F(StandInBinaries, CoordinatorEndpointFileThatCannotBeWrittenFailsNamingIt) {
+  Proc p = Spawn({bin_ + "/osprey-coordinator", "--config", kLocalConfig, "--set",
+                  "cluster.coordinator=tcp://127.0.0.1:0", "--endpoint-file", dir_ + "/no-such-dir/endpoint"},
+                 dir_);
+  std::optional<int> status = WaitExit(p.pid, std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "timed out";
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 1);
+  const std::string err = ReadFile(p.err_path);
+  EXPECT_NE(err.find("--endpoint-file"), std::string::npos) << err;
+  EXPECT_NE(err.find(dir_ + "/no-such-dir/endpoint"), std::string::npos) << err;
+}
+
 TEST_F(StandInBinaries, StallGuardFailsAJobThatDoesNotMove) {
   Proc p = Spawn({Osprey(), "launch", kLocalConfig, "--set", "cluster.servers=1", "--set",
                   "cluster.workers=2", "--stall-timeout", "1", "--bin-dir", bin_, "--log-dir",
