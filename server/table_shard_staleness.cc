@@ -39,7 +39,9 @@ Status TableShard::ReadPushRows(const proto::Header& h, const uint64_t* keys, si
   };
   if (by_id) {
     // The rows are created here, before the merge or apply that would create them anyway: a new
-    // row has no history (staleness 0), as a missing one would have.
+    // row has no history (staleness 0), as a missing one would have. A visit by id counts as an
+    // update (store.h): on the redis store a row drop_above then leaves out is written back once
+    // unchanged.
     ids_.resize(n);
     OSPREY_RETURN_IF_ERROR(store_->FindOrCreateRowIds(id_, keys, n, ids_.data()));
     return store_->VisitRowsById(id_, ids_.data(), n, read);
