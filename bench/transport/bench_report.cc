@@ -61,7 +61,7 @@ std::string Cell(const char* fmt, std::optional<double> v, double scale = 1) {
 
 BenchRecord MakeRecord(const std::string& kind, const std::string& transport, BenchOp op,
                        uint64_t bytes, std::optional<uint64_t> keys, std::optional<uint64_t> dim,
-                       double seconds, int requests) {
+                       double seconds, int requests, double cpu_seconds) {
   BenchRecord r;
   r.kind = kind;
   r.transport = transport;
@@ -75,6 +75,7 @@ BenchRecord MakeRecord(const std::string& kind, const std::string& transport, Be
   r.gbps = static_cast<double>(bytes) * directions / per_request / 1e9;
   if (keys) r.keys_per_sec = static_cast<double>(*keys) * requests / seconds;
   if (op == BenchOp::kPipelinedPush) r.req_per_sec = requests / seconds;
+  if (cpu_seconds >= 0) r.cpu_us = cpu_seconds / requests * 1e6;
   return r;
 }
 
@@ -86,7 +87,8 @@ std::string RecordsToJson(const std::vector<BenchRecord>& records) {
            r.op + "\", \"bytes\": " + std::to_string(r.bytes) + ", \"keys\": " + JsonInt(r.keys) +
            ", \"dim\": " + JsonInt(r.dim) + ", \"median_us\": " + JsonNumber(r.median_us) +
            ", \"gbps\": " + JsonNumber(r.gbps) + ", \"keys_per_sec\": " +
-           JsonNumber(r.keys_per_sec) + ", \"req_per_sec\": " + JsonNumber(r.req_per_sec) + "}";
+           JsonNumber(r.keys_per_sec) + ", \"req_per_sec\": " + JsonNumber(r.req_per_sec) +
+           ", \"cpu_us\": " + JsonNumber(r.cpu_us) + "}";
     out += i + 1 < records.size() ? ",\n" : "\n";
   }
   return out + "]\n";
@@ -102,9 +104,9 @@ Status WriteJson(const std::string& path, const std::vector<BenchRecord>& record
 }
 
 void PrintTable(std::FILE* out, const std::vector<BenchRecord>& records) {
-  std::fprintf(out, "%-3s %-6s %-10s %-14s | %11s %7s %8s %8s | %11s %7s %8s | %6s\n", "tr",
-               "case", "size", "op", "median us", "GB/s", "Mkeys/s", "kreq/s", "raw us",
-               "raw GB/s", "raw kreq", "vs raw");
+  std::fprintf(out, "%-3s %-6s %-10s %-14s | %11s %7s %8s %8s %9s | %11s %7s %8s %9s | %6s\n", "tr",
+               "case", "size", "op", "median us", "GB/s", "Mkeys/s", "kreq/s", "cpu us", "raw us",
+               "raw GB/s", "raw kreq", "raw cpu", "vs raw");
   for (const BenchRecord& r : records) {
     if (r.kind == "raw_zmq") continue;
     std::string size = r.keys ? CountLabel(*r.keys) + " x " + std::to_string(r.dim.value_or(0))
@@ -114,12 +116,12 @@ void PrintTable(std::FILE* out, const std::vector<BenchRecord>& records) {
     std::optional<double> raw_gbps, raw_kreq;
     if (raw_us > 0) raw_gbps = r.bytes * (r.op == "pushpull" ? 2.0 : 1.0) / raw_us / 1e3;
     if (raw) raw_kreq = raw->req_per_sec;
-    std::fprintf(out, "%-3s %-6s %-10s %-14s | %11.1f %7s %8s %8s | %11s %7s %8s | %6s\n",
+    std::fprintf(out, "%-3s %-6s %-10s %-14s | %11.1f %7s %8s %8s %9s | %11s %7s %8s %9s | %6s\n",
                  r.transport.c_str(), r.kind.c_str(), size.c_str(), r.op.c_str(), r.median_us,
                  Cell("%.2f", r.gbps).c_str(), Cell("%.1f", r.keys_per_sec, 1e-6).c_str(),
-                 Cell("%.1f", r.req_per_sec, 1e-3).c_str(),
+                 Cell("%.1f", r.req_per_sec, 1e-3).c_str(), Cell("%.1f", r.cpu_us).c_str(),
                  raw_us > 0 ? Cell("%.1f", raw_us).c_str() : "-", Cell("%.2f", raw_gbps).c_str(),
-                 Cell("%.1f", raw_kreq, 1e-3).c_str(),
+                 Cell("%.1f", raw_kreq, 1e-3).c_str(), Cell("%.1f", raw ? raw->cpu_us : std::nullopt).c_str(),
                  raw_us > 0 ? Cell("%.0f%%", 100 * raw_us / r.median_us).c_str() : "-");
   }
 }

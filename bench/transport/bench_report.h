@@ -17,6 +17,9 @@
 //   keys_per_sec  sparse only: keys / median time (pushpull: keys pushed and pulled once each;
 //                 pull_x3: the keys of all 3 pulls)
 //   req_per_sec   pipelined_push only: requests completed per second
+//   cpu_us        user+system CPU time of the client and server processes together per request
+//                 (per pull for pull_x3): Osprey's over its timed runs, raw_zmq's over the whole
+//                 case; cpu_us / median_us is how many of the machine's cores the case kept busy
 //
 // Threading: plain functions and values; no shared state.
 #pragma once
@@ -43,13 +46,15 @@ struct BenchRecord {
   std::optional<double> gbps;
   std::optional<double> keys_per_sec;
   std::optional<double> req_per_sec;
+  std::optional<double> cpu_us;
 };
 
 // Builds a record from `seconds` per operation, where one operation is `requests` requests
 // (the window for kPipelinedPush, kPullThreads for kThreadedPull, else 1). `keys`/`dim` are set for sparse records only.
+// `cpu_seconds` is the CPU time of one operation (negative: not measured).
 BenchRecord MakeRecord(const std::string& kind, const std::string& transport, BenchOp op,
                        uint64_t bytes, std::optional<uint64_t> keys, std::optional<uint64_t> dim,
-                       double seconds, int requests);
+                       double seconds, int requests, double cpu_seconds = -1);
 
 // The JSON array described above (one record per line).
 std::string RecordsToJson(const std::vector<BenchRecord>& records);

@@ -99,12 +99,17 @@ StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions
   double per_call = warm / calls;
   int iters = static_cast<int>(std::clamp(std::ceil(options.min_run_s / per_call), 2.0, 1e6));
   std::vector<double> runs;
+  const double cpu0 = options.cpu_seconds ? options.cpu_seconds() : 0;
   for (int r = 0; r < options.runs; ++r) {
     auto start = Clock::now();
     for (int i = 0; i < iters; ++i) OSPREY_RETURN_IF_ERROR(op());
     runs.push_back(SecondsSince(start));
   }
-  return OpTiming{Median(std::move(runs)) / iters, iters};
+  OpTiming t{Median(std::move(runs)) / iters, iters};
+  if (options.cpu_seconds) {
+    t.cpu_s = (options.cpu_seconds() - cpu0) / (static_cast<double>(iters) * options.runs);
+  }
+  return t;
 }
 
 StatusOr<std::unique_ptr<OspreyBench>> OspreyBench::Connect(const proto::ShardMap& map,

@@ -63,11 +63,15 @@ const char* BenchOpName(BenchOp op);
 struct TimingOptions {
   int runs = 5;
   double min_run_s = 0.05;
+  // CPU seconds used so far by what the timing should charge (the client and server processes);
+  // read before and after the timed runs. Unset: no CPU figure.
+  std::function<double()> cpu_seconds;
 };
 
 struct OpTiming {
   double median_s = 0;  // per operation
   int iters = 0;        // operations per run
+  double cpu_s = -1;    // TimingOptions::cpu_seconds used per operation over the timed runs; -1: none
 };
 
 // Runs `op` as described above. Returns the first error `op` returns.

@@ -64,6 +64,8 @@ class ServerProcess {
   const proto::ShardMap& shard_map() const { return map_; }
   // What a client of this server connects with (plain, or CURVE as a worker).
   const TransportOptions& client_options() const { return client_options_; }
+  // CPU seconds the server process has used so far (all threads; ChildServer::CpuSecondsSoFar).
+  double CpuSeconds() const { return child_->CpuSecondsSoFar(); }
 
  private:
   ServerProcess() = default;

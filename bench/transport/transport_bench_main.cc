@@ -143,7 +143,7 @@ Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Pl
                     size_t bytes, std::vector<BenchRecord>* out) {
   const BenchOp ops[4] = {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull,
                           BenchOp::kPullBuffer};
-  std::vector<double> osprey_s[4], raw_s[2];
+  std::vector<double> osprey_s[4], raw_s[2], osprey_cpu[4], raw_cpu[2];
   TimingOptions one = plan.timing;
   one.runs = 1;
   for (int run = 0; run < plan.timing.runs; ++run) {
@@ -153,6 +153,7 @@ Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Pl
       for (int i = 0; i < 4; ++i) {
         OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), ops[i], one));
         osprey_s[i].push_back(t.median_s);
+        osprey_cpu[i].push_back(t.cpu_s);
         if (i < 2) iters[i] = t.iters;
       }
     }
@@ -160,14 +161,17 @@ Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Pl
       EchoShape shape = i == 0 ? EchoShape::kPush : EchoShape::kPull;
       OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw, RunRaw(tr, bytes, shape, 1, iters[i], 1));
       raw_s[i].push_back(raw.median_us * 1e-6);
+      raw_cpu[i].push_back(raw.cpu_us * 1e-6);
     }
   }
   for (int i = 0; i < 4; ++i) {
-    out->push_back(MakeRecord("dense", tr, ops[i], bytes, {}, {}, Median(osprey_s[i]), 1));
+    out->push_back(MakeRecord("dense", tr, ops[i], bytes, {}, {}, Median(osprey_s[i]), 1,
+                              Median(osprey_cpu[i])));
     Progress(out->back());
   }
   for (int i = 0; i < 2; ++i) {
-    out->push_back(MakeRecord("raw_zmq", tr, ops[i], bytes, {}, {}, Median(raw_s[i]), 1));
+    out->push_back(MakeRecord("raw_zmq", tr, ops[i], bytes, {}, {}, Median(raw_s[i]), 1,
+                              Median(raw_cpu[i])));
     Progress(out->back());
   }
   return Status::OK();
@@ -180,7 +184,7 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
   const int w = plan.window;
   TimingOptions one = plan.timing;
   one.runs = 1;
-  std::vector<double> osprey_s, raw_s;
+  std::vector<double> osprey_s, raw_s, osprey_cpu, raw_cpu;
   for (int run = 0; run < plan.timing.runs; ++run) {
     OpTiming t;
     {
@@ -188,15 +192,17 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
       OSPREY_ASSIGN_OR_RETURN(t, bench->PipelinedPush(DenseName(bytes), w, one));
     }
     osprey_s.push_back(t.median_s);
+    osprey_cpu.push_back(t.cpu_s);
     OSPREY_ASSIGN_OR_RETURN(RawZmqResult raw,
                             RunRaw(tr, bytes, EchoShape::kPush, w, t.iters * w, 1));
     raw_s.push_back(raw.median_us * 1e-6 * w);
+    raw_cpu.push_back(raw.cpu_us * 1e-6 * w);  // per request -> per window, like raw_s
   }
-  out->push_back(
-      MakeRecord("dense", tr, BenchOp::kPipelinedPush, bytes, {}, {}, Median(osprey_s), w));
+  out->push_back(MakeRecord("dense", tr, BenchOp::kPipelinedPush, bytes, {}, {}, Median(osprey_s), w,
+                            Median(osprey_cpu)));
   Progress(out->back());
-  out->push_back(
-      MakeRecord("raw_zmq", tr, BenchOp::kPipelinedPush, bytes, {}, {}, Median(raw_s), w));
+  out->push_back(MakeRecord("raw_zmq", tr, BenchOp::kPipelinedPush, bytes, {}, {}, Median(raw_s), w,
+                            Median(raw_cpu)));
   Progress(out->back());
   return Status::OK();
 }
@@ -213,21 +219,24 @@ Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan&
                               bench->Sparse(SparseName(c.dim), c.keys, seed, op, plan.timing));
       const bool bf16 = op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16;
       const uint64_t moved = bf16 ? c.keys * (sizeof(uint64_t) + c.dim * sizeof(uint16_t)) : bytes;
-      out->push_back(MakeRecord("sparse", tr, op, moved, c.keys, c.dim, t.median_s, 1));
+      out->push_back(MakeRecord("sparse", tr, op, moved, c.keys, c.dim, t.median_s, 1, t.cpu_s));
       Progress(out->back());
     }
     OSPREY_ASSIGN_OR_RETURN(OpTiming t,
                             bench->ThreadedSparsePull(SparseName(c.dim), c.keys, seed, plan.timing));
     out->push_back(MakeRecord("sparse", tr, BenchOp::kThreadedPull, bytes, c.keys, c.dim, t.median_s,
-                              kPullThreads));
+                              kPullThreads, t.cpu_s));
     Progress(out->back());
   }
   return Status::OK();
 }
 
-Status RunTransport(const std::string& tr, const ServerProcess& server, const Plan& plan,
+Status RunTransport(const std::string& tr, const ServerProcess& server, Plan plan,
                     std::vector<BenchRecord>* out) {
   std::fprintf(stderr, "%s: server %s\n", tr.c_str(), server.endpoint().c_str());
+  // Every Osprey figure is charged the CPU of both processes (the client's threads and ZeroMQ's
+  // in this one, the server's whole process), like the raw baseline's cpu_us.
+  plan.timing.cpu_seconds = [&server] { return SelfCpuSeconds() + server.CpuSeconds(); };
   if (plan.pipelined_only) return RunPipelined(tr, server, plan, out);
   for (size_t bytes : plan.dense_bytes) {
     OSPREY_RETURN_IF_ERROR(RunDenseSize(tr, server, plan, bytes, out));

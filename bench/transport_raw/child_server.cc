@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -34,6 +35,15 @@ bool ReadLine(int fd, int timeout_ms, std::string* line) {
 
 double CpuSeconds(const rusage& u) {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+double ChildServer::CpuSecondsSoFar() const {
+  clockid_t clock;
+  timespec ts{};
+  if (pid_ <= 0 || ::clock_getcpuclockid(pid_, &clock) != 0 || ::clock_gettime(clock, &ts) != 0) {
+    return 0;
+  }
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 
 double SelfCpuSeconds() {

@@ -46,6 +46,10 @@ class ChildServer {
   // time shows in this process's own usage).
   Status Wait(double* cpu_seconds = nullptr);
 
+  // User+system CPU seconds the running child (all its threads) has used so far, read from its
+  // CPU-time clock (clock_getcpuclockid); 0 for an in-process server or when it cannot be read.
+  double CpuSecondsSoFar() const;
+
  private:
   ChildServer() = default;
 

@@ -317,7 +317,9 @@ TEST(RedisStoreTest, RowIdsStayValidUntilReleased) {
     ASSERT_TRUE(s->FindOrCreateRowIds(0, keys.data(), keys.size(), ids.data()).ok());
     std::vector<float>& out = pulled.emplace_back(others.size() * kDim);
     ASSERT_TRUE(s->PullRows(0, others.data(), others.size(), out.data()).ok());
-    if (s == redis.get()) EXPECT_EQ(redis->cached_rows(0), 400u) << "rows evicted while ids were out";
+    if (s == redis.get()) {
+      EXPECT_EQ(redis->cached_rows(0), 400u) << "rows evicted while ids were out";
+    }
     Status st = su->ApplyRowsById(s, 0, ids.data(), ids.size(), kDim, gp.data(), u);
     ASSERT_TRUE(st.ok()) << st.ToString();
     s->ReleaseRowIds(0);
