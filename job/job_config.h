@@ -55,6 +55,9 @@ struct TrainConfig {
 struct ClientSection {
   int timeout_ms = 30000;  // a request without a reply for this long fails with DeadlineExceeded
   int max_inflight = 64;   // requests in flight per client before Push/Pull block
+  // A push message of at least twice this many fp32 bytes goes in parts of about this size, so
+  // the server applies one while the next is on the wire (worker/client/push_parts.h); 0: never.
+  uint64_t push_part_bytes = 1 << 20;
 };
 
 // How osprey-worker computes: on the CPU or on a CUDA device, with a hot-row cache and prefetch

@@ -46,6 +46,17 @@ Status ValidatePullCast(const proto::Header& h, const TableShard& t) {
   return Status::OK();
 }
 
+Status ValidatePushPart(const proto::Header& h) {
+  if (h.push_part() == 0 && h.push_parts() == 0) return Status::OK();
+  const bool push = h.op() == proto::OP_PUSH_SPARSE || h.op() == proto::OP_PUSH_DENSE;
+  if (!push || h.push_part() == 0 || h.push_part() > h.push_parts() || h.push_parts() > kMaxPushParts) {
+    return InvalidArgument("push part " + std::to_string(h.push_part()) + " of " + std::to_string(h.push_parts()) +
+                           " on op " + std::to_string(h.op()) + ": parts are 1.." +
+                           std::to_string(kMaxPushParts) + ", of pushes only");
+  }
+  return Status::OK();
+}
+
 Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t, int rank,
                     int num_servers) {
   // Divided, not multiplied: num_keys * 8 wraps for a claimed 2^61 keys and an empty frame.

@@ -23,6 +23,11 @@ Status CheckKeyLimit(const proto::Header& h, const config::LimitsConfig& limits)
 // `num_servers` and every dense chunk id exists and belongs to it.
 Status ValidateKeys(const proto::Header& h, const Message& msg, const TableShard& t, int rank,
                     int num_servers);
+// The most parts one push may be sent in (Header push_parts).
+constexpr uint32_t kMaxPushParts = 64;
+// A push's part fields: both 0 (not split), or 1 <= push_part <= push_parts <= kMaxPushParts, and
+// on push ops only. InvalidArgument naming the fields otherwise.
+Status ValidatePushPart(const proto::Header& h);
 // A sparse pull's codec asks for its rows as fp16 or bf16 (common/codec/row_cast.h):
 // InvalidArgument unless codec and value type name one of those and codec_count is the rows'
 // float count.

@@ -303,7 +303,10 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
   } else {
     OSPREY_RETURN_IF_ERROR(ExecutePush(h, msg, r, reply, answered_later));
     dedup_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.request_id());
-    applied_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.clock());
+    // A leading part of a push sent in parts: the push is the worker's once its last part is in.
+    if (h.push_part() == h.push_parts()) {
+      applied_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.clock());
+    }
   }
   reply->set_version(r.table->version());
   reply->set_num_keys(0);
@@ -408,6 +411,7 @@ Status Server::ValidateData(const proto::Header& h, const Message& msg, DataRequ
     return InvalidArgument("codec " + std::to_string(h.codec()) + " on table '" + t.spec().name() +
                            "': only pushes and sparse pulls (fp16 / bf16 rows) may carry a codec");
   }
+  OSPREY_RETURN_IF_ERROR(ValidatePushPart(h));
   OSPREY_RETURN_IF_ERROR(ValidateKeys(h, msg, t, rank(), num_servers_));
   if (pull_cast) OSPREY_RETURN_IF_ERROR(ValidatePullCast(h, t));
   const uint64_t* keys = msg.keys.as<uint64_t>();

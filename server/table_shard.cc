@@ -141,7 +141,8 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   }
   bool any_bad = false;
   OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
-  if (policy_->tracks_progress()) Progress(h.worker_rank(), h.clock() + 1);
+  const bool leading = LeadingPart(h);
+  if (policy_->tracks_progress() && !leading) Progress(h.worker_rank(), h.clock() + 1);
   // Admission: rows of keys not admitted yet are left out (the push still joins its window).
   if (lifecycle_) OSPREY_RETURN_IF_ERROR(lifecycle_->FilterPush(&keys, &n, &g));
   const uint64_t s = Staleness(h);
@@ -159,15 +160,18 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   if (per_row) {
     const size_t before = n;
     RowPolicies(&keys, &n, &g, by_id);
-    if (n == 0 && before > 0) {
+    // A push sent in parts is dropped as a whole only by its last part's rows (a part with rows
+    // left joins its window all the same).
+    if (n == 0 && before > 0 && h.push_parts() == 0) {
       counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
       return Status::OK();
     }
   } else {
-    counters_->staleness[ServerCounters::StalenessBucket(s)].fetch_add(sparse() ? n : 1,
+    counters_->staleness[ServerCounters::StalenessBucket(s)].fetch_add(sparse() ? n : (leading ? 0 : 1),
                                                        std::memory_order_relaxed);
     if (rules_.drop_above >= 0 && s > static_cast<uint64_t>(rules_.drop_above)) {
-      counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+      // Every part of a split push has the same staleness: all are dropped, counted once.
+      if (!leading) counters_->pushes_dropped.fetch_add(1, std::memory_order_relaxed);
       return Status::OK();
     }
   }
@@ -177,12 +181,16 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
                             clocks_.LeftBarrier(h.worker_rank());
   if (late_outside || policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(h, keys, n, g, per_row, s, by_id);
   Window& w = WindowFor(h, now_us);
-  ++w.pushes;
-  if (marks_) w.marks.push_back(MarkOf(h));
-  w.lr_weight_sum += LrWeight(s);
-  w.staleness_sum += static_cast<double>(s);
+  if (marks_) w.marks.push_back(MarkOf(h));  // every part: a re-sent part is known by its own id
   w.any_stale = w.any_stale || per_row;
-  if (ack != nullptr && ack_on_apply_) {
+  if (leading) {
+    ++w.leading_parts;
+  } else {
+    ++w.pushes;
+    w.lr_weight_sum += LrWeight(s);
+    w.staleness_sum += static_cast<double>(s);
+  }
+  if (ack != nullptr && ack_on_apply_ && !leading) {
     if (budget_ != nullptr) (void)budget_->Admit(ack->reply.peer, AckBytes(ack->reply));  // Checked above
     w.acks.push_back(ack->reply);
     ack->held = true;
@@ -218,6 +226,7 @@ Status TableShard::ApplyOnArrival(const proto::Header& h, const uint64_t* keys, 
   }
   if (st.ok()) st = store_->Sync(id_);
   if (!st.ok()) return Fail(st, 0, 1);
+  if (LeadingPart(h)) return Status::OK();  // its rows carry version_ + 1, as the last part's will
   ++version_;
   counters_->pushes_applied.fetch_add(1, std::memory_order_relaxed);
   counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);
@@ -318,12 +327,14 @@ Status TableShard::ApplyMerged(Window* w) {
 }
 
 Status TableShard::ApplyWindow(Window* w, int64_t clock) {
+  // Only leading parts so far: their rows wait for a push to apply with (their own last part's).
   if (w->pushes == 0) return Status::OK();
   Status s = ApplyMerged(w);
   const int pushes = w->pushes;
   w->buffer.Clear();
   w->rows.Clear();
   w->pushes = 0;
+  w->leading_parts = 0;
   w->lr_weight_sum = 0;
   w->staleness_sum = 0;
   w->any_stale = false;
@@ -411,7 +422,7 @@ Status TableShard::Advance(int64_t now_us) {
 void TableShard::ReleaseRowIdsIfIdle() {
   if (!row_ids_) return;
   for (const auto& [clock, w] : windows_) {
-    if (w.pushes > 0) return;
+    if (w.pushes > 0 || w.leading_parts > 0) return;  // its rows are held by id
   }
   store_->ReleaseRowIds(id_);
 }

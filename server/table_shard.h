@@ -162,6 +162,10 @@ class TableShard {
   // non-finite gradient under `reject`; the table's failure (see above), including one this push's
   // own apply on arrival caused. When `ack` is set and acks are kOnApply, a merged push's ack is
   // taken into its window (ack->held = true) and sent by the shard; otherwise the caller replies.
+  // A leading part of a push sent in parts (h.push_part() < h.push_parts(), proto Header) is
+  // checked and its rows applied or merged like any push, but it is not the worker's push: it
+  // does not bump the version, join its window's push count or progress, hold its ack or count
+  // in pushes_applied / pushes_dropped; the last part does all of that for the whole push.
   struct Ack {
     PendingReply reply;
     bool held = false;
@@ -238,6 +242,7 @@ class TableShard {
     MergeBuffer buffer;     // dense tables, and sparse ones on a store without row ids
     RowMergeBuffer rows;    // sparse tables on a store with row ids (row_ids_)
     int pushes = 0;
+    int leading_parts = 0;  // leading parts merged since the window was last applied (Push)
     double lr_weight_sum = 0;  // sum of 1 / max(1, s_i)
     double staleness_sum = 0;
     bool any_stale = false;  // some push had s > 0 (sparse: per-row options needed)
@@ -278,6 +283,8 @@ class TableShard {
   // A push of one-push windows: applied at once (by_id: to the rows of ids_).
   Status ApplyOnArrival(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
                         bool per_row, uint64_t s, bool by_id);
+  // h is a leading part of a push sent in parts (see Push).
+  static bool LeadingPart(const proto::Header& h) { return h.push_part() < h.push_parts(); }
   Store::PushMark MarkOf(const proto::Header& h) const {
     return Store::PushMark{id_, static_cast<int>(h.worker_rank()), h.worker_incarnation(),
                            h.request_id()};

@@ -2,8 +2,9 @@
 // tables through a worker::Client talking to a real server (bench/transport/server_process.h).
 //
 // What one operation is (the unit median_s is per):
-//   dense push      PushDense(table, Buffer) + Wait: the zero-copy push of the whole table (one
-//                   chunk, one message); the Buffer is allocated once and reused by every push.
+//   dense push      PushDense(table, Buffer) + Wait: the zero-copy push of the whole table (chunks
+//                   of at most 2 MiB, the default; one message, or parts of push_part_bytes); the
+//                   Buffer is allocated once and reused by every push.
 //   dense pull      PullDense(table, out) + Wait into a vector allocated once.
 //   dense pull_buffer  PullDense(table, &buffer) + Wait: the reply frame handed over as a
 //                   Buffer, no client-side copy (the previous reply is dropped by the next).
@@ -80,12 +81,14 @@ StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions
 
 class OspreyBench {
  public:
-  // Starts a client (ZeroMQ transport, timeout_ms 60000) for the server(s) of `map`.
+  // Starts a client (ZeroMQ transport, timeout_ms 60000, ClientOptions::push_part_bytes as
+  // given) for the server(s) of `map`.
   static StatusOr<std::unique_ptr<OspreyBench>> Connect(const proto::ShardMap& map,
-                                                        const TransportOptions& options = {});
+                                                        const TransportOptions& options = {},
+                                                        size_t push_part_bytes = 0);
   ~OspreyBench();
 
-  // Dense table `table_name` (its whole size, one chunk): kPush, kPull, kPullBuffer or kPushPull.
+  // Dense table `table_name` (its whole size): kPush, kPull, kPullBuffer or kPushPull.
   StatusOr<OpTiming> Dense(const std::string& table_name, BenchOp op,
                            const TimingOptions& options);
   // `window` pushes of dense table `table_name` in flight per batch; median_s is per batch.

@@ -3,7 +3,8 @@
 // sizes (bench/transport_raw) measured in the same run as the ceiling.
 //
 //   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc | rdma]
-//                          [--dense-sizes BYTES...] [--dense-only | --pipelined-only]
+//                          [--dense-sizes BYTES...] [--dense-only | --pipelined-only | --sparse-only]
+//                          [--push-part-bytes BYTES]
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
 // 16 pipelined 4 KiB pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD
@@ -13,7 +14,8 @@
 // osprey_cases.h; the table and JSON fields: bench_report.h.
 // --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
 // --dense-sizes replaces the plan's dense sizes; --dense-only skips the pipelined and sparse cases
-// (to compare builds on a few dense sizes quickly); --pipelined-only runs the pipelined case alone.
+// (to compare builds on a few dense sizes quickly); --pipelined-only runs the pipelined case alone,
+// --sparse-only the sparse cases alone.
 //
 // --transport rdma (builds with libibverbs): the RdmaTransport on the loopback verbs test double,
 // CPU cost per message next to ZeroMQ ipc and in-process -- not network speed (rdma_loopback_bench.h).
@@ -57,6 +59,8 @@ struct Plan {
   std::vector<SparseCase> sparse;
   bool dense_only = false;
   bool pipelined_only = false;
+  bool sparse_only = false;
+  size_t push_part_bytes = 1 << 20;  // the job default (client.push_part_bytes)
   TimingOptions timing;
 };
 
@@ -89,7 +93,7 @@ config::TableConfig BenchTable(const std::string& name, config::TableType type) 
   return t;
 }
 
-// One dense table per size (one chunk each) and one sparse table per dim of the plan.
+// One dense table per size (chunks of the default 2 MiB) and one sparse table per dim of the plan.
 std::vector<config::TableConfig> BenchTables(const Plan& plan) {
   std::vector<size_t> sizes = plan.dense_bytes;
   sizes.push_back(plan.pipelined_bytes);
@@ -99,7 +103,7 @@ std::vector<config::TableConfig> BenchTables(const Plan& plan) {
   for (size_t bytes : sizes) {
     config::TableConfig t = BenchTable(DenseName(bytes), config::TableType::kDense);
     t.size = bytes / sizeof(float);
-    t.chunk_floats = t.size;
+    t.chunk_floats = std::min<uint64_t>(t.size, config::TableConfig().chunk_floats);
     tables.push_back(t);
   }
   std::vector<int> dims;
@@ -149,7 +153,8 @@ Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Pl
   for (int run = 0; run < plan.timing.runs; ++run) {
     int iters[2] = {0, 0};  // push, pull operations of this round, reused by the raw baseline
     {
-      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options()));
+      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options(),
+                                                              plan.push_part_bytes));
       for (int i = 0; i < 4; ++i) {
         OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), ops[i], one));
         osprey_s[i].push_back(t.median_s);
@@ -188,7 +193,8 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
   for (int run = 0; run < plan.timing.runs; ++run) {
     OpTiming t;
     {
-      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options()));
+      OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options(),
+                                                              plan.push_part_bytes));
       OSPREY_ASSIGN_OR_RETURN(t, bench->PipelinedPush(DenseName(bytes), w, one));
     }
     osprey_s.push_back(t.median_s);
@@ -209,7 +215,8 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
 
 Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan& plan,
                  std::vector<BenchRecord>* out) {
-  OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options()));
+  OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options(),
+                                                              plan.push_part_bytes));
   for (const SparseCase& c : plan.sparse) {
     const uint64_t seed = 0x5eed0000 + c.keys + c.dim;  // fixed: the same keys every run
     const uint64_t bytes = c.keys * (sizeof(uint64_t) + c.dim * sizeof(float));
@@ -238,6 +245,7 @@ Status RunTransport(const std::string& tr, const ServerProcess& server, Plan pla
   // in this one, the server's whole process), like the raw baseline's cpu_us.
   plan.timing.cpu_seconds = [&server] { return SelfCpuSeconds() + server.CpuSeconds(); };
   if (plan.pipelined_only) return RunPipelined(tr, server, plan, out);
+  if (plan.sparse_only) return RunSparse(tr, server, plan, out);
   for (size_t bytes : plan.dense_bytes) {
     OSPREY_RETURN_IF_ERROR(RunDenseSize(tr, server, plan, bytes, out));
   }
@@ -253,6 +261,7 @@ int Main(int argc, char** argv) {
   int runs = 0;
   bool quick = false;
   bool dense_only = false;
+  bool sparse_only = false;
   bool pipelined_only = false;
   std::vector<size_t> dense_sizes;
   std::vector<std::string> transports = {"tcp", "ipc"};
@@ -266,6 +275,12 @@ int Main(int argc, char** argv) {
   app.add_flag("--dense-only", dense_only, "only the dense cases (no pipelined or sparse ones)");
   app.add_flag("--pipelined-only", pipelined_only, "only the pipelined 4 KiB pushes")
       ->excludes("--dense-only");
+  size_t push_part_bytes = 1 << 20;
+  app.add_option("--push-part-bytes", push_part_bytes, "the client's push_part_bytes: pushes of at least "
+                 "twice this go in parts (default 1 MiB, the job default; 0: never)");
+  app.add_flag("--sparse-only", sparse_only, "only the sparse cases")
+      ->excludes("--dense-only")
+      ->excludes("--pipelined-only");
   app.add_option("--transport", transports, "tcp and/or ipc; or rdma (loopback verbs, CPU cost only)")
       ->check(CLI::IsMember({"tcp", "ipc", "rdma"}));
   std::string security = "none";
@@ -300,6 +315,8 @@ int Main(int argc, char** argv) {
   if (!dense_sizes.empty()) plan.dense_bytes = dense_sizes;
   plan.dense_only = dense_only;
   plan.pipelined_only = pipelined_only;
+  plan.sparse_only = sparse_only;
+  plan.push_part_bytes = push_part_bytes;
   const std::vector<config::TableConfig> tables = BenchTables(plan);
 
   std::string keys_dir;

@@ -5,9 +5,11 @@
 // and keys in only one push; stale pushes under lr_scale inverse; skip_row with non-finite rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -74,6 +76,29 @@ struct Push {
   std::vector<float> g;
   uint64_t version = 0;  // the version the push claims to have pulled (0: current)
   bool as_buffer = true;
+  uint32_t part = 0, parts = 0;  // a part of a push sent in parts (Header push_part / push_parts)
+};
+
+// Each push cut into `parts` parts of consecutive keys (the client's cut, push_parts.h).
+std::vector<Push> InParts(const std::vector<Push>& pushes, uint32_t parts) {
+  std::vector<Push> out;
+  for (const Push& p : pushes) {
+    const size_t n = p.keys.size(), per = (n + parts - 1) / parts;
+    for (uint32_t i = 0; i < parts; ++i) {
+      Push q = p;
+      const size_t begin = i * per, end = std::min(n, begin + per);
+      q.keys.assign(p.keys.begin() + begin, p.keys.begin() + end);
+      q.g.assign(p.g.begin() + begin * kDim, p.g.begin() + end * kDim);
+      q.part = i + 1;
+      q.parts = parts;
+      out.push_back(std::move(q));
+    }
+  }
+  return out;
+}
+
+struct ShardTotals {
+  uint64_t version = 0, pushes_applied = 0, windows_applied = 0;
 };
 
 // Pushes of random keys from a small key space: duplicates within a push and across pushes, and
@@ -96,7 +121,8 @@ std::vector<Push> RandomPushes(int count, size_t keys_per_push, uint64_t seed) {
 
 // Runs `pushes` through a TableShard over `store`; returns every record by key.
 std::map<uint64_t, std::vector<float>> RunShard(Store* store, const config::TableConfig& cfg,
-                                                const std::vector<Push>& pushes) {
+                                                const std::vector<Push>& pushes,
+                                                ShardTotals* totals = nullptr) {
   proto::TableSpec ps;
   ps.set_name(cfg.name);
   ps.set_type(proto::TABLE_SPARSE);
@@ -109,6 +135,8 @@ std::map<uint64_t, std::vector<float>> RunShard(Store* store, const config::Tabl
   for (const Push& p : pushes) {
     proto::Header h;
     h.set_version(p.version == 0 ? shard.version() : p.version);
+    h.set_push_part(p.part);
+    h.set_push_parts(p.parts);
     Status s;
     if (p.as_buffer) {
       s = shard.Push(h, p.keys.data(), p.keys.size(),
@@ -118,6 +146,9 @@ std::map<uint64_t, std::vector<float>> RunShard(Store* store, const config::Tabl
     }
     EXPECT_TRUE(s.ok()) << s.ToString();
     EXPECT_TRUE(shard.Advance(0).ok());
+  }
+  if (totals != nullptr) {
+    *totals = ShardTotals{shard.version(), counters.pushes_applied.load(), counters.windows_applied.load()};
   }
   std::map<uint64_t, std::vector<float>> out;
   EXPECT_TRUE(store
@@ -210,6 +241,49 @@ TEST(MergeBufferTest, StalePushesAndSkipRowSameBitsOnBothPaths) {
   for (const auto& [key, rec] : a) {
     for (float x : rec) ASSERT_TRUE(std::isfinite(x)) << "key " << key;
   }
+}
+
+// A push sent in parts (issue 17) lands as the whole push: same bits, and it is one push of its
+// window -- windows close after the same pushes, the version counts whole pushes -- on both
+// merge paths, applied on arrival and merged, fresh and stale.
+TEST(MergeBufferTest, PushesSentInPartsLandAsTheWholePushes) {
+  for (int per_window : {1, 2, 4}) {
+    SCOPED_TRACE("window of " + std::to_string(per_window));
+    config::TableConfig cfg = Config("adagrad", per_window);
+    cfg.consistency.lr_scale = config::LrScale::kInverse;
+    std::vector<Push> pushes = RandomPushes(8, 300, 31);
+    for (size_t p = 3; p < pushes.size(); p += 2) pushes[p].version = 1;  // stale: per-row path
+    for (Store* (*make)() : {+[]() -> Store* { return new NativeStore; },
+                             +[]() -> Store* { return new NoRowIdStore; }}) {
+      std::unique_ptr<Store> whole_store(make()), parts_store(make());
+      ShardTotals whole, parts;
+      auto a = RunShard(whole_store.get(), cfg, pushes, &whole);
+      auto b = RunShard(parts_store.get(), cfg, InParts(pushes, 3), &parts);
+      ExpectSameBits(a, b);
+      EXPECT_EQ(parts.version, whole.version);
+      EXPECT_EQ(parts.pushes_applied, whole.pushes_applied);
+      EXPECT_EQ(parts.windows_applied, whole.windows_applied);
+      EXPECT_EQ(whole.pushes_applied, 8u);
+    }
+  }
+}
+
+// Leading parts wait in their window: another worker's push between a push's parts does not
+// close the window on their account, and the window closes with the last part.
+TEST(MergeBufferTest, LeadingPartsDoNotCountTowardsTheirWindow) {
+  const config::TableConfig cfg = Config("sgd", 2);
+  std::vector<Push> x = InParts(RandomPushes(1, 300, 41), 3);
+  const std::vector<Push> y = RandomPushes(1, 300, 43);
+  NativeStore store;
+  ShardTotals t;
+  RunShard(&store, cfg, {x[0], x[1], y[0]}, &t);  // one whole push and two leading parts
+  EXPECT_EQ(t.pushes_applied, 0u);
+  EXPECT_EQ(t.version, 0u);
+  NativeStore store2;
+  RunShard(&store2, cfg, {x[0], x[1], y[0], x[2]}, &t);
+  EXPECT_EQ(t.pushes_applied, 2u);
+  EXPECT_EQ(t.windows_applied, 1u);
+  EXPECT_EQ(t.version, 1u);
 }
 
 TEST(MergeBufferTest, RowMergeBufferSortsRowsAndSumsDuplicatesInAddOrder) {

@@ -1,6 +1,7 @@
 #include "worker/client/client.h"
 
 #include "common/codec/encoded.h"
+#include "worker/client/push_parts.h"
 
 namespace osprey::worker {
 
@@ -128,6 +129,33 @@ void Client::Send(Ticket ticket, int server, proto::Header header, Buffer keys, 
   requests_.Keep(id, m.header, m.keys, m.values);  // for a re-send to a replacement
   Status s = transport_->Send(std::move(m));
   if (!s.ok()) requests_.SendFailed(id, s);
+}
+
+void Client::SendPush(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
+                      const std::vector<size_t>& starts, const std::vector<uint64_t>* key_floats,
+                      size_t floats_per_key) {
+  const size_t n = keys.size() / sizeof(uint64_t);
+  if (starts.size() < 2 || header.codec() != proto::CODEC_NONE ||
+      !AllFiniteFloats(values.as<float>(), values.size() / sizeof(float))) {
+    Send(ticket, server, std::move(header), std::move(keys), std::move(values), 0, nullptr);
+    return;
+  }
+  header.set_push_parts(static_cast<uint32_t>(starts.size()));
+  size_t first_float = 0;
+  for (size_t p = 0; p < starts.size(); ++p) {
+    const size_t begin = starts[p], end = p + 1 < starts.size() ? starts[p + 1] : n;
+    size_t floats = 0;
+    if (key_floats != nullptr) {
+      for (size_t i = begin; i < end; ++i) floats += (*key_floats)[i];
+    } else {
+      floats = (end - begin) * floats_per_key;
+    }
+    proto::Header part = header;
+    part.set_push_part(static_cast<uint32_t>(p + 1));
+    Send(ticket, server, std::move(part), keys.Slice(begin * sizeof(uint64_t), (end - begin) * sizeof(uint64_t)),
+         values.Slice(first_float * sizeof(float), floats * sizeof(float)), 0, nullptr);
+    first_float += floats;
+  }
 }
 
 void Client::OnReply(Message&& msg) {

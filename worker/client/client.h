@@ -62,6 +62,10 @@ struct ClientOptions {
   // How long a request to a server the coordinator reports dead waits for its replacement
   // (cluster.server_replace_timeout_ms) before its ticket fails.
   int replace_timeout_ms = 0;
+  // A fp32 push message to one server with at least twice this many bytes of values is sent in
+  // parts of about this size (push_parts.h; job YAML client.push_part_bytes, default 1 MiB), so
+  // the server applies one part while the next is on the wire. 0: never (the library default).
+  size_t push_part_bytes = 0;
 };
 
 // One call on a dense table: what PullDense / PushDense / InitDense build, for callers that need
@@ -261,6 +265,11 @@ class Client {
   // Admits one message with the request table and sends it; failures are recorded on the ticket.
   void Send(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
             size_t expect_bytes, std::unique_ptr<ReplySink> sink);
+  // Sends one push message, in parts starting at key indexes `starts` (push_parts.h) when there
+  // are several and every value is finite, else whole.
+  void SendPush(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
+                const std::vector<size_t>& starts, const std::vector<uint64_t>* key_floats,
+                size_t floats_per_key);
   void OnReply(Message&& msg);
   // What a ticket was for, for error messages (built only when an error is reported).
   std::string Describe(proto::Op op, uint32_t table) const;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "worker/client/client.h"
+#include "worker/client/push_parts.h"
 
 namespace osprey::worker {
 namespace {
@@ -208,7 +209,14 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
     requests_.Fail(ticket, es);
     return false;
   }
-  Send(ticket, s, std::move(h), std::move(keys), std::move(values), 0, nullptr);
+  if (call.op != proto::OP_PUSH_DENSE || options_.push_part_bytes == 0 || route.ranges.size() < 2) {
+    Send(ticket, s, std::move(h), std::move(keys), std::move(values), 0, nullptr);
+    return true;
+  }
+  std::vector<uint64_t> chunk_floats(route.ranges.size());
+  for (size_t i = 0; i < route.ranges.size(); ++i) chunk_floats[i] = route.ranges[i].second;
+  const std::vector<size_t> starts = PartStarts(chunk_floats, options_.push_part_bytes, kMaxClientPushParts);
+  SendPush(ticket, s, std::move(h), std::move(keys), std::move(values), starts, &chunk_floats, 0);
   return true;
 }
 

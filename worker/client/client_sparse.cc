@@ -5,6 +5,7 @@
 #include "common/codec/encoded.h"
 #include "common/codec/row_cast.h"
 #include "worker/client/client.h"
+#include "worker/client/push_parts.h"
 
 namespace osprey::worker {
 namespace {
@@ -164,7 +165,9 @@ Ticket Client::SendSparsePush(const SparsePush& p) {
       requests_.Fail(ticket, s);
       return ticket;
     }
-    Send(ticket, slice.server, std::move(h), std::move(slice.keys), std::move(values), 0, nullptr);
+    const std::vector<size_t> starts =
+        UniformPartStarts(slice.count, dim, options_.push_part_bytes, kMaxClientPushParts);
+    SendPush(ticket, slice.server, std::move(h), std::move(slice.keys), std::move(values), starts, nullptr, dim);
   }
   return ticket;
 }

@@ -1,0 +1,43 @@
+// Push parts (issue 17): one large push message to a server, cut into a few messages the server
+// applies one after the other while the next is still on the wire.
+//
+// A push of 16 MiB sent whole is a chain: the client sends, the server receives all of it, then
+// checks and applies it, then replies; on the 2-core machine that keeps 1.2 cores busy and the
+// apply (~2.7 ms of 9.4) overlaps nothing. Sent as parts of ~1 MiB, the server's apply of part p
+// runs while part p + 1 is received (bench/results/2026-12-07-push-parts-2core.md).
+//
+// What a part is on the wire: Header push_part / push_parts (proto/osprey.proto). What the
+// server does with one: TableShard::Push. Each part is a request of its own (own id, reply and
+// re-send after a server failover); the push's ticket completes when every part is answered.
+//
+// Atomicity: a server rejects a non-finite part alone, so a push is split only when all its
+// values are finite (checked here first); a push with a NaN goes whole, and the server's
+// non_finite policy treats it exactly as before.
+//
+// Threading: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace osprey::worker {
+
+// The most parts the client cuts one message into (the server accepts up to 64).
+constexpr size_t kMaxClientPushParts = 16;
+
+// The key index each part starts at, for a message whose key i has key_floats[i] floats: parts
+// of at least part_bytes of values each (whole keys), the last part taking the remainder when it
+// would be smaller than that. {0} (one part: send it whole) when part_bytes is 0 or the message
+// has less than two parts' worth of values or a single key. At most `max_parts` parts (larger
+// parts then).
+std::vector<size_t> PartStarts(const std::vector<uint64_t>& key_floats, size_t part_bytes,
+                               size_t max_parts);
+// The same for `num_keys` keys of `floats_per_key` floats each (a sparse message).
+std::vector<size_t> UniformPartStarts(size_t num_keys, size_t floats_per_key, size_t part_bytes,
+                                      size_t max_parts);
+
+// Every float of g[0, n) is finite (no NaN, no infinity).
+bool AllFiniteFloats(const float* g, size_t n);
+
+}  // namespace osprey::worker
