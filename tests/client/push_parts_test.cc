@@ -167,6 +167,38 @@ TEST_F(PushPartsTest, APushWithANonFiniteValueGoesWholeAndNothingOfItIsApplied) 
   EXPECT_EQ(PullDense(), dense_before);
 }
 
+// Three servers: each server's share of a sparse push is rows picked from the call (the rows
+// layout) and of a dense push chunks scattered over the table (the ranges layout); both split.
+TEST(PushPartsThreeServersTest, PartitionedSharesSplitAndLandExactly) {
+  InprocCluster cluster(3, Tables());
+  ASSERT_TRUE(cluster.ActivateAll().ok());
+  auto t = std::make_unique<ObservedTransport>(cluster.NewTransport());
+  ObservedTransport* transport = t.get();
+  ClientOptions o;
+  o.push_part_bytes = 1024;
+  Client client(o, std::move(t), cluster.map());
+  ASSERT_TRUE(client.Start().ok());
+  const std::vector<uint64_t> keys = Keys(3000);  // ~1000 rows (16000 bytes) a server
+  std::vector<float> before(keys.size() * kDim), after(keys.size() * kDim);
+  ASSERT_TRUE(client.Wait(client.Pull(0, keys.data(), keys.size(), before.data())).ok());
+  std::vector<float> dense_before(kDenseFloats), dense_after(kDenseFloats);
+  ASSERT_TRUE(client.Wait(client.PullDense(1, dense_before.data())).ok());
+  const std::vector<float> g = Grads(keys.size() * kDim), dg = Grads(kDenseFloats);
+  const size_t sent = transport->sent().size();
+  ASSERT_TRUE(client.Wait(client.Push(0, keys.data(), keys.size(), g.data())).ok());
+  ASSERT_TRUE(client.Wait(client.PushDense(1, dg.data())).ok());
+  EXPECT_GT(transport->sent().size() - sent, 3u * 2 + 3) << "the shares were not split";
+  ASSERT_TRUE(client.Wait(client.Pull(0, keys.data(), keys.size(), after.data())).ok());
+  ASSERT_TRUE(client.Wait(client.PullDense(1, dense_after.data())).ok());
+  for (size_t i = 0; i < after.size(); ++i) ASSERT_FLOAT_EQ(after[i], before[i] - kLr * g[i]) << i;
+  for (size_t i = 0; i < kDenseFloats; ++i) {
+    ASSERT_FLOAT_EQ(dense_after[i], dense_before[i] - kLr * dg[i]) << i;
+  }
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(cluster.server(s).stats().pushes_applied, 2u) << "server " << s;  // one sparse, one dense
+  }
+}
+
 TEST_F(PushPartsTest, ServerRefusesMalformedPartFields) {
   ASSERT_TRUE(cluster_.ActivateAll().ok());
   testing::RawPeer peer(cluster_.NewTransport(), "inproc://server-0");

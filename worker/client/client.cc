@@ -131,16 +131,11 @@ void Client::Send(Ticket ticket, int server, proto::Header header, Buffer keys, 
   if (!s.ok()) requests_.SendFailed(id, s);
 }
 
-void Client::SendPush(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
-                      const std::vector<size_t>& starts, const std::vector<uint64_t>* key_floats,
-                      size_t floats_per_key) {
+bool Client::SendPushParts(Ticket ticket, int server, const proto::Header& header, const Buffer& keys,
+                           const PushValues& v, const std::vector<size_t>& starts,
+                           const std::vector<uint64_t>* key_floats, size_t floats_per_key) {
+  if (starts.size() < 2 || !v.AllFinite()) return false;
   const size_t n = keys.size() / sizeof(uint64_t);
-  if (starts.size() < 2 || header.codec() != proto::CODEC_NONE ||
-      !AllFiniteFloats(values.as<float>(), values.size() / sizeof(float))) {
-    Send(ticket, server, std::move(header), std::move(keys), std::move(values), 0, nullptr);
-    return;
-  }
-  header.set_push_parts(static_cast<uint32_t>(starts.size()));
   size_t first_float = 0;
   for (size_t p = 0; p < starts.size(); ++p) {
     const size_t begin = starts[p], end = p + 1 < starts.size() ? starts[p + 1] : n;
@@ -152,10 +147,12 @@ void Client::SendPush(Ticket ticket, int server, proto::Header header, Buffer ke
     }
     proto::Header part = header;
     part.set_push_part(static_cast<uint32_t>(p + 1));
+    part.set_push_parts(static_cast<uint32_t>(starts.size()));
     Send(ticket, server, std::move(part), keys.Slice(begin * sizeof(uint64_t), (end - begin) * sizeof(uint64_t)),
-         values.Slice(first_float * sizeof(float), floats * sizeof(float)), 0, nullptr);
+         v.Part(begin, end, first_float, floats).Fp32Frame(), 0, nullptr);
     first_float += floats;
   }
+  return true;
 }
 
 void Client::OnReply(Message&& msg) {

@@ -202,6 +202,16 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
     v.ranges = route.ranges.data();
     v.num_ranges = route.ranges.size();
   }
+  if (encoder == nullptr && call.op == proto::OP_PUSH_DENSE && options_.push_part_bytes > 0 &&
+      route.ranges.size() > 1) {
+    std::vector<uint64_t> chunk_floats(route.ranges.size());
+    for (size_t i = 0; i < route.ranges.size(); ++i) chunk_floats[i] = route.ranges[i].second;
+    // The parts of a contiguous route are runs of it; of a scattered one, runs of its ranges.
+    if (SendPushParts(ticket, s, h, keys, v, PartStarts(chunk_floats, options_.push_part_bytes, kMaxClientPushParts),
+                      &chunk_floats, 0)) {
+      return true;
+    }
+  }
   Buffer values;
   if (encoder == nullptr) {
     values = v.Fp32Frame();
@@ -209,14 +219,7 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
     requests_.Fail(ticket, es);
     return false;
   }
-  if (call.op != proto::OP_PUSH_DENSE || options_.push_part_bytes == 0 || route.ranges.size() < 2) {
-    Send(ticket, s, std::move(h), std::move(keys), std::move(values), 0, nullptr);
-    return true;
-  }
-  std::vector<uint64_t> chunk_floats(route.ranges.size());
-  for (size_t i = 0; i < route.ranges.size(); ++i) chunk_floats[i] = route.ranges[i].second;
-  const std::vector<size_t> starts = PartStarts(chunk_floats, options_.push_part_bytes, kMaxClientPushParts);
-  SendPush(ticket, s, std::move(h), std::move(keys), std::move(values), starts, &chunk_floats, 0);
+  Send(ticket, s, std::move(h), std::move(keys), std::move(values), 0, nullptr);
   return true;
 }
 

@@ -158,6 +158,12 @@ Ticket Client::SendSparsePush(const SparsePush& p) {
     h.set_table(p.table);
     h.set_clock(p.clock);
     h.set_version(p.version);
+    if (encoder == nullptr &&
+        SendPushParts(ticket, slice.server, h, slice.keys, v,
+                      UniformPartStarts(slice.count, dim, options_.push_part_bytes, kMaxClientPushParts),
+                      nullptr, dim)) {
+      continue;
+    }
     Buffer values;
     if (encoder == nullptr) {
       values = v.Fp32Frame();
@@ -165,9 +171,7 @@ Ticket Client::SendSparsePush(const SparsePush& p) {
       requests_.Fail(ticket, s);
       return ticket;
     }
-    const std::vector<size_t> starts =
-        UniformPartStarts(slice.count, dim, options_.push_part_bytes, kMaxClientPushParts);
-    SendPush(ticket, slice.server, std::move(h), std::move(slice.keys), std::move(values), starts, nullptr, dim);
+    Send(ticket, slice.server, std::move(h), std::move(slice.keys), std::move(values), 0, nullptr);
   }
   return ticket;
 }

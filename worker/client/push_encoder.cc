@@ -5,8 +5,32 @@
 
 #include "common/codec/encoded.h"
 #include "common/codec/row_cast.h"
+#include "worker/client/push_parts.h"
 
 namespace osprey::worker {
+
+PushValues PushValues::Part(size_t begin_key, size_t end_key, size_t first_float, size_t part_floats) const {
+  PushValues p = *this;
+  p.floats = part_floats;
+  if (rows != nullptr) {
+    p.rows = rows + begin_key;
+    p.num_rows = end_key - begin_key;
+  } else if (ranges != nullptr) {
+    p.ranges = ranges + begin_key;
+    p.num_ranges = end_key - begin_key;
+  } else {
+    p.base = base + first_float;
+    p.first = first + first_float;
+    if (!frame.empty()) p.frame = frame.Slice(first_float * sizeof(float), part_floats * sizeof(float));
+  }
+  return p;
+}
+
+bool PushValues::AllFinite() const {
+  bool finite = true;
+  ForEachPiece([&](const float* p, size_t n) { finite = finite && AllFiniteFloats(p, n); });
+  return finite;
+}
 
 void PushValues::CopyTo(float* dst) const {
   ForEachPiece([&](const float* p, size_t n) {

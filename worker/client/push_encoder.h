@@ -61,6 +61,11 @@ struct PushValues {
   }
   // Copies the floats, in order, to dst[0, floats).
   void CopyTo(float* dst) const;
+  // Keys [begin_key, end_key) of the message (a row or a chunk each), whose floats are
+  // [first_float, first_float + part_floats) of it: the same layout over that part only.
+  PushValues Part(size_t begin_key, size_t end_key, size_t first_float, size_t part_floats) const;
+  // Every float of the message is finite.
+  bool AllFinite() const;
   // The floats as one fp32 frame: `frame` when set, else a new Buffer holding a copy.
   Buffer Fp32Frame() const;
 };
