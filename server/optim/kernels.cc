@@ -138,24 +138,4 @@ double SumSquaresClamped(const float* OSPREY_RESTRICT g, size_t n, float pre, fl
   return sum;
 }
 
-// A float is finite iff its magnitude bits are below the all-ones exponent
-// 0x7f800000; the maximum of the magnitudes is an integer reduction, which
-// vectorizes without any floating-point compare.
-OSPREY_OPTIM_CLONES
-bool AllFiniteLoop(const float* OSPREY_RESTRICT g, size_t n) {
-  constexpr size_t kBlock = 1024;  // checked between blocks to stop early
-  for (size_t start = 0; start < n; start += kBlock) {
-    const size_t end = std::min(n, start + kBlock);
-    uint32_t max_bits = 0;
-    for (size_t i = start; i < end; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, g + i, sizeof(bits));
-      bits &= 0x7fffffffu;
-      max_bits = bits > max_bits ? bits : max_bits;
-    }
-    if (max_bits >= 0x7f800000u) return false;
-  }
-  return true;
-}
-
 }  // namespace osprey::server::optim_internal

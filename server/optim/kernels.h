@@ -1,4 +1,4 @@
-// Per-element loops behind Optimizer::Apply and AllFinite. Internal to
+// Per-element loops behind Optimizer::Apply. Internal to
 // server/optim: include optimizer.h instead. The formulas and state layouts
 // are documented there; here only the calling contract.
 //
@@ -46,8 +46,5 @@ void FtrlLoop(float* w, float* z, float* nacc, const float* g, size_t n, GradPre
 
 // Sum over i of clamp(g[i] * pre, -clip, clip)^2, the squared norm used by clip_norm.
 double SumSquaresClamped(const float* g, size_t n, float pre, float clip);
-
-// True when no element is NaN or +-Inf; stops early on long arrays.
-bool AllFiniteLoop(const float* g, size_t n);
 
 }  // namespace osprey::server::optim_internal

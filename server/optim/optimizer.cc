@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/all_finite.h"
 #include "server/optim/kernels.h"
 
 namespace osprey::server {
@@ -235,6 +236,6 @@ void Optimizer::ApplyRows(float* const* rows, const float* const* grads, size_t 
   Dispatch(rows, nullptr, grads, n, dim, shared, per_row);
 }
 
-bool AllFinite(const float* g, size_t n) { return optim_internal::AllFiniteLoop(g, n); }
+bool AllFinite(const float* g, size_t n) { return AllFiniteFloats(g, n); }
 
 }  // namespace osprey::server

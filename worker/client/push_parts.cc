@@ -1,7 +1,6 @@
 #include "worker/client/push_parts.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace osprey::worker {
 
@@ -40,29 +39,6 @@ std::vector<size_t> UniformPartStarts(size_t num_keys, size_t floats_per_key, si
   // Whole parts of keys_per_part keys; the remainder joins the last one.
   for (size_t k = keys_per_part; k + keys_per_part <= num_keys; k += keys_per_part) starts.push_back(k);
   return starts;
-}
-
-// Compiled for AVX-512, AVX2 and baseline x86-64, picked at load time (as server/optim/kernels.cc):
-// the check runs before the first part goes out, so its speed is the push's.
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-bool AllFiniteFloats(const float* g, size_t n) {
-  // A float is finite iff its magnitude bits are below the all-ones exponent; the maximum of the
-  // magnitudes is an integer reduction that vectorizes (as server/optim's AllFiniteLoop).
-  constexpr size_t kBlock = 4096;  // checked between blocks to stop early
-  for (size_t start = 0; start < n; start += kBlock) {
-    const size_t end = std::min(n, start + kBlock);
-    uint32_t max_bits = 0;
-    for (size_t i = start; i < end; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, g + i, sizeof(bits));
-      bits &= 0x7fffffffu;
-      max_bits = bits > max_bits ? bits : max_bits;
-    }
-    if (max_bits >= 0x7f800000u) return false;
-  }
-  return true;
 }
 
 }  // namespace osprey::worker

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/all_finite.h"  // AllFiniteFloats, the check before a push is split
+
 namespace osprey::worker {
 
 // The most parts the client cuts one message into (the server accepts up to 64).
@@ -36,8 +38,5 @@ std::vector<size_t> PartStarts(const std::vector<uint64_t>& key_floats, size_t p
 // The same for `num_keys` keys of `floats_per_key` floats each (a sparse message).
 std::vector<size_t> UniformPartStarts(size_t num_keys, size_t floats_per_key, size_t part_bytes,
                                       size_t max_parts);
-
-// Every float of g[0, n) is finite (no NaN, no infinity).
-bool AllFiniteFloats(const float* g, size_t n);
 
 }  // namespace osprey::worker
