@@ -9,10 +9,13 @@
 // What a part is on the wire: Header push_part / push_parts (proto/osprey.proto). What the
 // server does with one: TableShard::Push. Each part is a request of its own (own id, reply and
 // re-send after a server failover); the push's ticket completes when every part is answered.
+// The client (Client::SendPushParts) copies or slices each part only as it sends it, so the copy
+// of part p + 1 overlaps the sending of part p.
 //
-// Atomicity: a server rejects a non-finite part alone, so a push is split only when all its
-// values are finite (checked here first); a push with a NaN goes whole, and the server's
-// non_finite policy treats it exactly as before.
+// Atomicity: a server rejects a non-finite part alone, so the client splits a push only when all
+// its values are finite (PushValues::AllFinite, one vectorized pass before the first part goes
+// out); a push with a NaN goes whole, and the server's non_finite policy treats it exactly as
+// before.
 //
 // Threading: pure functions.
 #pragma once
