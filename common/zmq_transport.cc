@@ -193,8 +193,31 @@ StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
     }
     void* s = NewSocket(ZMQ_DEALER, options_.curve.enabled);
     if (s == nullptr) return Internal(std::string("zmq_socket: ") + zmq_strerror(zmq_errno()));
+    // Each completed CURVE handshake asks the listener for a sealed data-plane session, and Send
+    // holds the peer's messages until it is answered. The monitor that reports the handshake is
+    // in place before zmq_connect: ZeroMQ's I/O thread may finish the handshake before this
+    // thread runs again, and an event with no monitor listening is lost -- the peer's messages
+    // would then be held forever (a CURVE worker that never registered, under load).
+    void* monitor = nullptr;
+    if (options_.curve.enabled && StartsWith(endpoint, "tcp://")) {
+      const std::string name = "inproc://osprey-seal-monitor-" +
+                               std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
+                               std::to_string(monitors_++);
+      monitor = zmq_socket(ctx_, ZMQ_PAIR);
+      if (monitor != nullptr &&
+          (zmq_socket_monitor(s, name.c_str(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0 ||
+           zmq_connect(monitor, name.c_str()) != 0)) {
+        zmq_socket_monitor(s, nullptr, 0);
+        zmq_close(monitor);  // no monitor: this peer stays on CURVE, which is still secure
+        monitor = nullptr;
+      }
+    }
     if (zmq_connect(s, endpoint.c_str()) != 0) {
       int err = zmq_errno();
+      if (monitor != nullptr) {
+        zmq_socket_monitor(s, nullptr, 0);
+        zmq_close(monitor);
+      }
       zmq_close(s);
       return InvalidArgument("zmq transport: cannot connect to '" + endpoint + "': " +
                              zmq_strerror(err));
@@ -203,23 +226,10 @@ StatusOr<PeerId> ZmqTransport::Connect(const std::string& endpoint) {
     Peer peer;
     peer.socket = s;
     peer.endpoint = endpoint;
+    peer.awaiting_session = monitor != nullptr;
     peers_.push_back(std::move(peer));
     AddSocket(s, SocketKind::kDealer, id);
-    if (options_.curve.enabled && StartsWith(endpoint, "tcp://")) {
-      // Each completed CURVE handshake asks the listener for a sealed data-plane session.
-      const std::string name = "inproc://osprey-seal-monitor-" +
-                               std::to_string(reinterpret_cast<uintptr_t>(this)) + "-" +
-                               std::to_string(monitors_++);
-      void* monitor = zmq_socket(ctx_, ZMQ_PAIR);
-      if (monitor != nullptr &&
-          zmq_socket_monitor(s, name.c_str(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED) == 0 &&
-          zmq_connect(monitor, name.c_str()) == 0) {
-        AddSocket(monitor, SocketKind::kMonitor, id);
-        peers_[id].awaiting_session = true;
-      } else if (monitor != nullptr) {
-        zmq_close(monitor);  // no monitor: this peer stays on CURVE, which is still secure
-      }
-    }
+    if (monitor != nullptr) AddSocket(monitor, SocketKind::kMonitor, id);
     running = started_;
   }
   if (running) Wake();  // the I/O thread must add the socket to its poll set
