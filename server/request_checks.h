@@ -28,6 +28,9 @@ constexpr uint32_t kMaxPushParts = 64;
 // A push's part fields: both 0 (not split), or 1 <= push_part <= push_parts <= kMaxPushParts, and
 // on push ops only. InvalidArgument naming the fields otherwise.
 Status ValidatePushPart(const proto::Header& h);
+// h is a leading part of a push sent in parts: checked and applied, but not yet the worker's push
+// (TableShard::Push).
+inline bool LeadingPushPart(const proto::Header& h) { return h.push_part() < h.push_parts(); }
 // A sparse pull's codec asks for its rows as fp16 or bf16 (common/codec/row_cast.h):
 // InvalidArgument unless codec and value type name one of those and codec_count is the rows'
 // float count.

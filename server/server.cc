@@ -304,7 +304,7 @@ Status Server::Execute(const proto::Header& h, const Message& msg, proto::Header
     OSPREY_RETURN_IF_ERROR(ExecutePush(h, msg, r, reply, answered_later));
     dedup_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.request_id());
     // A leading part of a push sent in parts: the push is the worker's once its last part is in.
-    if (h.push_part() == h.push_parts()) {
+    if (!LeadingPushPart(h)) {
       applied_.Record(h.table(), h.worker_rank(), h.worker_incarnation(), h.clock());
     }
   }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "server/request_checks.h"  // LeadingPushPart
+
 namespace osprey::server {
 namespace {
 
@@ -141,7 +143,7 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   }
   bool any_bad = false;
   OSPREY_RETURN_IF_ERROR(CheckFinite(keys, n, g, &any_bad));
-  const bool leading = LeadingPart(h);
+  const bool leading = LeadingPushPart(h);
   if (policy_->tracks_progress() && !leading) Progress(h.worker_rank(), h.clock() + 1);
   // Admission: rows of keys not admitted yet are left out (the push still joins its window).
   if (lifecycle_) OSPREY_RETURN_IF_ERROR(lifecycle_->FilterPush(&keys, &n, &g));
@@ -226,7 +228,7 @@ Status TableShard::ApplyOnArrival(const proto::Header& h, const uint64_t* keys, 
   }
   if (st.ok()) st = store_->Sync(id_);
   if (!st.ok()) return Fail(st, 0, 1);
-  if (LeadingPart(h)) return Status::OK();  // its rows carry version_ + 1, as the last part's will
+  if (LeadingPushPart(h)) return Status::OK();  // its rows carry version_ + 1, as the last part's will
   ++version_;
   counters_->pushes_applied.fetch_add(1, std::memory_order_relaxed);
   counters_->windows_applied.fetch_add(1, std::memory_order_relaxed);

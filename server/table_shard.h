@@ -283,8 +283,6 @@ class TableShard {
   // A push of one-push windows: applied at once (by_id: to the rows of ids_).
   Status ApplyOnArrival(const proto::Header& h, const uint64_t* keys, size_t n, const float* g,
                         bool per_row, uint64_t s, bool by_id);
-  // h is a leading part of a push sent in parts (see Push).
-  static bool LeadingPart(const proto::Header& h) { return h.push_part() < h.push_parts(); }
   Store::PushMark MarkOf(const proto::Header& h) const {
     return Store::PushMark{id_, static_cast<int>(h.worker_rank()), h.worker_incarnation(),
                            h.request_id()};

@@ -307,6 +307,19 @@ TEST(JobConfigTest, LimitsSectionHasDefaultsAndIsValidated) {
               "max_frame_bytes (65536)");
 }
 
+// Push parts (worker/client/push_parts.h): client.push_part_bytes, 0 turning them off.
+TEST(JobConfigTest, PushPartBytesDefaultsToOneMebibyteAndRejectsBadValues) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml", {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->client.push_part_bytes, uint64_t{1} << 20);
+  auto off = ParseJobConfig(kMinimal, "test.yaml", {"client.push_part_bytes=0"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->client.push_part_bytes, 0u);
+  ExpectError(kMinimal, {"client.push_part_bytes=-1"}, "client.push_part_bytes");
+  ExpectError(kMinimal, {"client.push_part_bytes=2147483648"}, "client.push_part_bytes");
+  ExpectError(kMinimal, {"client.push_part_bytes=big"}, "client.push_part_bytes");
+}
+
 // GPU device-side dense compression: worker.encode_on (worker/gpu/device_encoder.h).
 TEST(JobConfigTest, EncodeOnIsAutoDeviceOrHost) {
   auto job = ParseJobConfig(kMinimal, "test.yaml", {});
