@@ -35,6 +35,10 @@ void Server::SetLimits(const config::LimitsConfig& limits) {
   budget_ = std::make_unique<HoldBudget>(limits_);
 }
 
+void Server::SetApplyThreads(int threads) {
+  apply_pool_ = threads > 1 ? std::make_unique<ApplyPool>(threads) : nullptr;
+}
+
 Server::~Server() { Stop(); }
 
 StatusOr<std::string> Server::Listen(const std::string& endpoint) {
@@ -179,6 +183,8 @@ ServerStatsSnapshot Server::stats() const {
   s.dc_uncompensated = counters_.dc_uncompensated.load();
   s.rows_skipped = counters_.rows_skipped.load();
   s.windows_applied = counters_.windows_applied.load();
+  s.windows_split = apply_pool_ ? apply_pool_->split_runs() : 0;
+  s.apply_threads = apply_pool_ ? apply_pool_->threads() : 1;
   s.pulls_held = counters_.pulls_held.load();
   s.rows_admitted = counters_.lifecycle.admitted.load();
   s.gradients_not_admitted = counters_.lifecycle.gradients_dropped.load();

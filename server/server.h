@@ -42,6 +42,7 @@
 #include "server/codec_decode.h"
 #include "common/refusal_log.h"
 #include "server/op_auth.h"
+#include "server/apply_pool.h"
 #include "server/hold_budget.h"
 #include "server/log_limiter.h"
 #include "proto/applied_clocks_op.h"
@@ -70,6 +71,8 @@ struct ServerStatsSnapshot {
   uint64_t dc_uncompensated = 0; // DC-ASGD: pushed with no remembered pull
   uint64_t rows_skipped = 0;     // non_finite skip_row
   uint64_t windows_applied = 0;  // optimizer steps
+  uint64_t windows_split = 0;    // of them, spread over the apply threads (apply_pool.h)
+  int apply_threads = 1;         // cluster.server_apply_threads
   uint64_t pulls_held = 0;
   // Feature admission / eviction (server/admission/row_lifecycle.h).
   uint64_t rows_admitted = 0;
@@ -100,6 +103,9 @@ class Server : private Replier {
   // be made with TransportOptions::max_message_bytes = limits.max_frame_bytes, so that a larger
   // frame is never read into memory.
   void SetLimits(const config::LimitsConfig& limits);
+  // The threads a merged window's apply may spread over (cluster.server_apply_threads, >= 1; the
+  // serving thread is one of them). Call before Activate.
+  void SetApplyThreads(int threads);
 
   // Binds `endpoint` and starts serving (holding requests until Activate). Returns the bound
   // endpoint. Errors from Transport::Listen/Start.
@@ -257,6 +263,7 @@ class Server : private Replier {
   std::unique_ptr<Transport> transport_;
   config::LimitsConfig limits_;         // set before Listen, then read only
   std::unique_ptr<HoldBudget> budget_;  // from limits_
+  std::unique_ptr<ApplyPool> apply_pool_;  // SetApplyThreads; null: one thread
   Mutex log_mu_;
   LogLimiter log_limiter_ GUARDED_BY(log_mu_);
   std::atomic<uint64_t> bad_headers_{0};

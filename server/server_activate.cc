@@ -112,6 +112,7 @@ Status Server::CreateTables(const proto::ShardMap& map,
                                                store_.get(), &counters_, this));
     if (live_known_) shard->SetLiveWorkers(live_, left_);
     shard->set_hold_budget(budget_.get());
+    shard->set_apply_pool(apply_pool_.get());
     *timer = *timer || (!shard->bsp() && tables[i].consistency.merge_window_us > 0);
     tables_.push_back(std::move(shard));
   }

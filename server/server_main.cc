@@ -181,6 +181,10 @@ void LogFinalStats(int rank, const server::ServerStatsSnapshot& st, const server
                   "dropped, {} rows skipped; push staleness (sparse rows, dense pushes) {{{}}}",
                   rank, st.windows_applied, st.pulls_held, st.pushes_dropped, st.rows_dropped,
                   st.rows_skipped, hist);
+  if (st.apply_threads > 1) {
+    OSPREY_LOG_INFO("server {}: {} optimizer steps spread over {} apply threads", rank,
+                    st.windows_split, st.apply_threads);
+  }
   if (st.dc_compensated + st.dc_uncompensated > 0) {
     OSPREY_LOG_INFO("server {}: DC-ASGD compensated {} rows/chunks, {} pushed without a "
                     "remembered pull", rank, st.dc_compensated, st.dc_uncompensated);
@@ -255,6 +259,7 @@ int main(int argc, char** argv) {
   }
   srv.SetRolesRequired(job->security.mode == config::SecurityMode::kCurve);
   srv.SetLimits(job->limits);
+  srv.SetApplyThreads(job->cluster.server_apply_threads);
   auto bound = srv.Listen(listen.empty() ? DefaultEndpoint(job->cluster) : listen);
   if (!bound.ok()) return Fail(bound.status(), "listen");
 

@@ -315,7 +315,8 @@ Status TableShard::ApplyMerged(Window* w) {
     RowUpdate u(shared);
     u.row_options = row_policies ? RowOptions(b.stats(), b.num_rows(), mean) : nullptr;
     u.version = version_ + 1;
-    s = updater_->ApplyRowsById(store_, id_, b.rows(), b.num_rows(), spec_.dim(), b.Gradients(), u);
+    s = updater_->ApplyRowsById(store_, id_, b.rows(), b.num_rows(), spec_.dim(), b.Gradients(), u,
+                               apply_pool_);
     b.Clear();
   } else {
     MergeBuffer& b = w->buffer;

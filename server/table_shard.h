@@ -231,6 +231,9 @@ class TableShard {
   // Held pulls and held acks are admitted against `budget` (borrowed, outlives the shard; null:
   // unlimited); one beyond it is answered with the budget's ResourceExhausted error at once.
   void set_hold_budget(HoldBudget* budget) { budget_ = budget; }
+  // Large merged windows (rows by id) are applied over `pool` (borrowed, outlives the shard; null: this
+  // thread only). Same bits either way (apply_pool.h).
+  void set_apply_pool(ApplyPool* pool) { apply_pool_ = pool; }
 
  private:
   // A pull waiting for its clock: the request as received (frames keep their buffers alive).
@@ -334,6 +337,7 @@ class TableShard {
   ServerCounters* const counters_;
   Replier* const replier_;
   HoldBudget* budget_ = nullptr;
+  ApplyPool* apply_pool_ = nullptr;
   const bool row_ids_;      // sparse table on a store with row ids: windows merge by row id
   const bool ack_on_apply_;  // Store::acks_after_apply()
   const bool marks_;         // Store::persists_push_marks()

@@ -5,6 +5,8 @@
 namespace osprey::server {
 namespace {
 
+constexpr size_t kMinFloatsPerRange = size_t{1} << 18;
+
 // Records that a row was updated at table version `version` (0: versions are not tracked).
 inline void RecordUpdate(uint64_t* h, uint64_t version) {
   if (version == 0) return;
@@ -55,10 +57,20 @@ Status Updater::ApplyRows(Store* store, uint32_t table, const uint64_t* keys, si
 }
 
 Status Updater::ApplyRowsById(Store* store, uint32_t table, const uint32_t* ids, size_t n,
-                              size_t dim, const float* const* gp, const RowUpdate& update) const {
-  return store->VisitRowsById(table, ids, n, [&](const RowBlock& b) {
-    return StepBlock(*optimizer_, b, dim, nullptr, gp, update);
-  });
+                              size_t dim, const float* const* gp, const RowUpdate& update,
+                              ApplyPool* pool) const {
+  auto range = [&](size_t begin, size_t end) {
+    RowUpdate u = update;
+    if (u.row_options != nullptr) u.row_options += begin;
+    return store->VisitRowsById(table, ids + begin, end - begin, [&](const RowBlock& b) {
+      return StepBlock(*optimizer_, b, dim, nullptr, gp + begin, u);
+    });
+  };
+  if (pool == nullptr || pool->threads() == 1 || !store->concurrent_row_visits(table)) {
+    return range(0, n);
+  }
+  // A range is worth a thread's wake-up (tens of us) from about 256k floats of rows on.
+  return pool->Run(n, std::max<size_t>(kMinFloatsPerRange / std::max<size_t>(dim, 1), 1), range);
 }
 
 Status Updater::ApplyChunks(Store* store, uint32_t table, const uint64_t* chunks, size_t n,

@@ -12,7 +12,7 @@
 // is not atomic across blocks: TableShard treats a failed apply as the table's failure).
 //
 // Thread-safety: an Updater is immutable; its calls use the store, so they run where the store may
-// be used (under the server's work lock).
+// be used (under the server's work lock), and ApplyRowsById's pool threads only while it runs.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "common/status.h"
+#include "server/apply_pool.h"
 #include "server/optim/optimizer.h"
 #include "server/store.h"
 
@@ -51,9 +52,13 @@ class Updater {
                    const float* grads, const RowUpdate& update) const;
   Status ApplyRows(Store* store, uint32_t table, const uint64_t* keys, size_t n, size_t dim,
                    const float* const* gp, const RowUpdate& update) const;
-  // The same by row id (Store::has_row_ids), gradient gp[i] for row ids[i].
+  // The same by row id (Store::has_row_ids), gradient gp[i] for row ids[i]. With a `pool` of
+  // several threads and a store that allows it (Store::concurrent_row_visits), large steps are
+  // spread over the pool in contiguous ranges of ids (same bits as one thread); the ids must
+  // then be distinct (a merged window's are), or two threads could step one row.
   Status ApplyRowsById(Store* store, uint32_t table, const uint32_t* ids, size_t n, size_t dim,
-                       const float* const* gp, const RowUpdate& update) const;
+                       const float* const* gp, const RowUpdate& update,
+                       ApplyPool* pool = nullptr) const;
   // One step per owned dense chunk chunks[i]; gradients contiguous (grads) or at gp[i].
   Status ApplyChunks(Store* store, uint32_t table, const uint64_t* chunks, size_t n,
                      const float* grads, const ApplyOptions& options) const;

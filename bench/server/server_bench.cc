@@ -46,6 +46,7 @@ struct Options {
   std::string json;
   std::string optimizer;  // "": all
   int dim = 0;            // 0: 16 and 64
+  int apply_threads = 1;  // cluster.server_apply_threads
 };
 
 struct Result {
@@ -79,6 +80,8 @@ double RunCase(OptimizerType type, int dim, int per_window, const Options& o, do
   auto created = TableShard::Create(0, ps, cfg, {}, 0, &store, &counters, &replier);
   if (!created.ok()) std::abort();
   TableShard& shard = **created;
+  ApplyPool pool(o.apply_threads);
+  shard.set_apply_pool(&pool);
 
   std::mt19937_64 rng(7);
   std::vector<uint64_t> all(o.rows);
@@ -125,7 +128,7 @@ double RunCase(OptimizerType type, int dim, int per_window, const Options& o, do
 
 void Usage() {
   std::fprintf(stderr, "usage: osprey-bench-server [--rows N] [--keys K] [--pushes P] [--runs R] "
-                       "[--json PATH] [--optimizer NAME] [--dim 16|64]\n"
+                       "[--json PATH] [--optimizer NAME] [--dim 16|64] [--apply-threads T]\n"
                        "       osprey-bench-server --placement [--keys K] [--runs R]\n"
                        "       osprey-bench-server --store native|redis|redis-cluster [--rows N] "
                        "[--keys K] [--pushes P] [--runs R] [--seconds S] [--zipf S] [--dim 16|64]"
@@ -280,12 +283,16 @@ int main(int argc, char** argv) {
     else if (a == "--json") o.json = argv[++i];
     else if (a == "--optimizer") o.optimizer = argv[++i];
     else if (a == "--dim") o.dim = std::atoi(argv[++i]);
+    else if (a == "--apply-threads") o.apply_threads = std::atoi(argv[++i]);
     else Usage();
   }
   if (placement) return o.keys > 0 && o.runs > 0 ? RunPlacement(o) : (Usage(), 2);
-  if (o.rows == 0 || o.keys == 0 || o.keys > o.rows || o.pushes <= 0 || o.runs <= 0) Usage();
+  if (o.rows == 0 || o.keys == 0 || o.keys > o.rows || o.pushes <= 0 || o.runs <= 0 ||
+      o.apply_threads < 1 || o.apply_threads > 64) {
+    Usage();
+  }
   std::printf("merge-then-apply, sparse rows: %zu rows, %zu keys per push, %d pushes per pass, "
-              "median of %d\n", o.rows, o.keys, o.pushes, o.runs);
+              "%d apply thread(s), median of %d\n", o.rows, o.keys, o.pushes, o.apply_threads, o.runs);
   std::printf("%-8s %-9s %4s %14s %10s %10s   %s\n", "case", "optimizer", "dim", "rows/s",
               "ns/row", "GB/s", "vs window1");
   std::vector<Result> results;

@@ -29,6 +29,7 @@ void ParseCluster(YamlFields& f, ClusterConfig* c) {
   f.Get("server_replace_timeout_ms", &c->server_replace_timeout_ms, 0, 86400000);
   f.Get("server_cpus", &c->server_cpus);
   f.Get("worker_cpus", &c->worker_cpus);
+  f.Get("server_apply_threads", &c->server_apply_threads, 1, 64);
   for (const auto& [key, list] : {std::pair{"server_cpus", &c->server_cpus}, std::pair{"worker_cpus", &c->worker_cpus}}) {
     if (!f.ok()) break;
     auto cpus = ParseCpuList(*list);

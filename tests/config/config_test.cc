@@ -320,6 +320,19 @@ TEST(JobConfigTest, PushPartBytesDefaultsToOneMebibyteAndRejectsBadValues) {
   ExpectError(kMinimal, {"client.push_part_bytes=big"}, "client.push_part_bytes");
 }
 
+// The threads a server spreads a merged window's apply over (server/apply_pool.h).
+TEST(JobConfigTest, ServerApplyThreadsDefaultsToOneAndRejectsBadValues) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml", {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->cluster.server_apply_threads, 1);
+  auto two = ParseJobConfig(kMinimal, "test.yaml", {"cluster.server_apply_threads=2"});
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->cluster.server_apply_threads, 2);
+  ExpectError(kMinimal, {"cluster.server_apply_threads=0"}, "cluster.server_apply_threads");
+  ExpectError(kMinimal, {"cluster.server_apply_threads=65"}, "cluster.server_apply_threads");
+  ExpectError(kMinimal, {"cluster.server_apply_threads=two"}, "cluster.server_apply_threads");
+}
+
 // GPU device-side dense compression: worker.encode_on (worker/gpu/device_encoder.h).
 TEST(JobConfigTest, EncodeOnIsAutoDeviceOrHost) {
   auto job = ParseJobConfig(kMinimal, "test.yaml", {});

@@ -1,6 +1,7 @@
 // cluster.server_cpus / cluster.worker_cpus through the real binaries (`osprey launch`): every
 // server and worker runs on its role's CPUs (each logs the set it reads back after pinning), and
-// a CPU the machine lacks fails the job with the key named.
+// a CPU the machine lacks fails the job with the key named. cluster.server_apply_threads: a
+// server spreads its large merged windows over its apply threads (it counts them at stop).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -49,6 +50,25 @@ TEST(CpuPinningLaunchTest, ACpuTheMachineLacksFailsTheJobNamingTheKey) {
   const std::string all = ReadFile(logs + ".out") + ReadFile(logs + "/server-0.log");
   EXPECT_NE(all.find("cluster.server_cpus: FailedPrecondition: CPU 1023 not on this machine"), std::string::npos)
       << all;
+}
+
+TEST(CpuPinningLaunchTest, ServersSpreadLargeWindowsOverTheirApplyThreads) {
+  // One server merging two pushes of 8192 x 26 keys a window, so a window holds tens of
+  // thousands of rows: above the 16k rows of 16 floats a thread starts at.
+  std::string logs;
+  ASSERT_EQ(Launch("apply", " --set cluster.servers=1 --set train.batch_size=8192 --set train.steps=12"
+                            " --set tables.embeddings.consistency.merge_max_pushes=2"
+                            " --set cluster.server_apply_threads=2",
+                   &logs), 0)
+      << ReadFile(logs + ".out");
+  const std::string log = ReadFile(logs + "/server-0.log");
+  const std::string tail = " optimizer steps spread over 2 apply threads";
+  const size_t at = log.find(tail);
+  ASSERT_NE(at, std::string::npos) << log;
+  const size_t begin = log.rfind(' ', at - 1) + 1;
+  const long split = std::strtol(log.substr(begin, at - begin).c_str(), nullptr, 10);
+  EXPECT_GE(split, 6) << log;  // 2 workers x 12 steps: 12 sparse windows, most of them split
+  EXPECT_NE(ReadFile(logs + ".out").find("AUC"), std::string::npos) << ReadFile(logs + ".out");
 }
 
 }  // namespace

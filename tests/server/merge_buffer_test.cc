@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "server/apply_pool.h"
 #include "server/merge_buffer.h"
 #include "server/native_store.h"
 #include "server/table_shard.h"
@@ -122,7 +123,8 @@ std::vector<Push> RandomPushes(int count, size_t keys_per_push, uint64_t seed) {
 // Runs `pushes` through a TableShard over `store`; returns every record by key.
 std::map<uint64_t, std::vector<float>> RunShard(Store* store, const config::TableConfig& cfg,
                                                 const std::vector<Push>& pushes,
-                                                ShardTotals* totals = nullptr) {
+                                                ShardTotals* totals = nullptr,
+                                                ApplyPool* pool = nullptr) {
   proto::TableSpec ps;
   ps.set_name(cfg.name);
   ps.set_type(proto::TABLE_SPARSE);
@@ -132,6 +134,7 @@ std::map<uint64_t, std::vector<float>> RunShard(Store* store, const config::Tabl
   auto created = TableShard::Create(0, ps, cfg, {}, 0, store, &counters, &replier);
   EXPECT_TRUE(created.ok()) << created.status().ToString();
   TableShard& shard = **created;
+  shard.set_apply_pool(pool);
   for (const Push& p : pushes) {
     proto::Header h;
     h.set_version(p.version == 0 ? shard.version() : p.version);
@@ -284,6 +287,31 @@ TEST(MergeBufferTest, LeadingPartsDoNotCountTowardsTheirWindow) {
   EXPECT_EQ(t.pushes_applied, 2u);
   EXPECT_EQ(t.windows_applied, 1u);
   EXPECT_EQ(t.version, 1u);
+}
+
+// cluster.server_apply_threads: a window's rows applied over 2 threads give the bits of one
+// thread, fresh and stale (per-row options, offset by each thread's range) windows alike.
+TEST(MergeBufferTest, WindowsAppliedOverAPoolOfThreadsSameBits) {
+  for (const char* opt : {"adagrad", "adam"}) {
+    SCOPED_TRACE(opt);
+    config::TableConfig cfg = Config(opt, 4);
+    cfg.consistency.lr_scale = config::LrScale::kInverse;
+    // A window: 4 x 36k keys drawn from 100k (~76k distinct rows), over twice the 32k rows (of 8
+    // floats) a thread is given at least, so each window is split over both threads. The fourth
+    // window's stale pushes (version 1 of 3) give rows updated in windows 2 and 3 staleness 2
+    // (lr / 2) and the others less: per-row options that differ along each thread's range.
+    std::vector<Push> pushes = RandomPushes(16, 72000, 23);
+    for (size_t p = 13; p < pushes.size(); p += 2) pushes[p].version = 1;
+    ApplyPool pool(2);
+    ASSERT_EQ(pool.Ranges(70000, (size_t{1} << 18) / kDim), 2u);
+    NativeStore one, three;
+    ShardTotals t1, t3;
+    auto a = RunShard(&one, cfg, pushes, &t1);
+    auto b = RunShard(&three, cfg, pushes, &t3, &pool);
+    ExpectSameBits(a, b);
+    EXPECT_EQ(t1.version, t3.version);
+    EXPECT_EQ(t3.windows_applied, 4u);
+  }
 }
 
 TEST(MergeBufferTest, RowMergeBufferSortsRowsAndSumsDuplicatesInAddOrder) {
