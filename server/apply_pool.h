@@ -1,4 +1,5 @@
-// ApplyPool: the threads one server spreads an optimizer step over (cluster.server_apply_threads).
+// ApplyPool: the threads one server spreads an optimizer step, or a large pull's row reads, over
+// (cluster.server_apply_threads).
 //
 // A merge window's apply is the largest piece of work a server does, and it is memory-latency
 // bound: each row is a few cache lines nobody can predict, so one core keeps only so many misses

@@ -36,7 +36,7 @@ class NativeStore : public Store {
                             uint32_t* ids) override;
   Status VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
                        const RowBlockFn& fn) override;
-  // By id nothing is created or moved: visits only read the row index.
+  // By id, and with kRead, nothing is created or moved: visits only read the row index.
   bool concurrent_row_visits(uint32_t table) const override { return has_row_ids(table); }
   // Erased rows' ids and storage are reused by the rows created next (a free list), so an id
   // held across EraseRows may name another key's row: TableShard merges a table with eviction

@@ -164,7 +164,7 @@ Status SparseTable::Visit(const uint64_t* keys, size_t n, RowAccess access,
     for (size_t j = 0; j < m; ++j) {
       const size_t i = b + j;
       if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
-      if (create && i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
+      if (i + kRowDistance < n) PrefetchRow(keys[i + kRowDistance]);
       const uint32_t row = create ? FindOrCreateIndex(keys[i]) : FindIndex(keys[i]);
       rows[j] = row == kEmpty ? nullptr : RowPtr(row);
       hist[j] = row == kEmpty ? nullptr : HistoryPtr(row);

@@ -136,8 +136,9 @@ class Store {
                                const RowBlockFn& fn) {
     return Unimplemented("this store has no sparse row ids");
   }
-  // Whether VisitRowsById calls on disjoint ids of `table` may run on several threads at once
-  // (nothing else uses the store meanwhile): ApplyPool spreads a window's apply then.
+  // Whether VisitRowsById calls on disjoint ids of `table`, and VisitRows calls with
+  // RowAccess::kRead, may run on several threads at once (nothing else uses the store
+  // meanwhile): the apply pool spreads a window's apply and a large pull's reads then.
   virtual bool concurrent_row_visits(uint32_t table) const { return false; }
   // No id of `table` handed out so far is held any more (TableShard: every merge window is
   // applied, failed or rewound). No-op by default.

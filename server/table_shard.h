@@ -231,8 +231,8 @@ class TableShard {
   // Held pulls and held acks are admitted against `budget` (borrowed, outlives the shard; null:
   // unlimited); one beyond it is answered with the budget's ResourceExhausted error at once.
   void set_hold_budget(HoldBudget* budget) { budget_ = budget; }
-  // Large merged windows (rows by id) are applied over `pool` (borrowed, outlives the shard; null: this
-  // thread only). Same bits either way (apply_pool.h).
+  // Large merged windows (rows by id) are applied, and large sparse pulls read, over `pool`
+  // (borrowed, outlives the shard; null: this thread only). Same bits either way (apply_pool.h).
   void set_apply_pool(ApplyPool* pool) { apply_pool_ = pool; }
 
  private:
@@ -326,6 +326,10 @@ class TableShard {
   }
   // DC-ASGD: remembers the `n` keys' floats `values` just served to the pull `h`.
   void RecordPull(const proto::Header& h, const uint64_t* keys, size_t n, const float* values);
+  // Store::PullRows, spread over the apply pool when it is large and the store allows concurrent
+  // visits: each thread copies the rows of its range that exist; the keys without a row are then
+  // pulled (created, in key order, as one thread would) on this thread.
+  Status PullSparseRows(const uint64_t* keys, size_t n, float* out);
 
   const uint32_t id_;
   const proto::TableSpec spec_;
@@ -338,6 +342,7 @@ class TableShard {
   Replier* const replier_;
   HoldBudget* budget_ = nullptr;
   ApplyPool* apply_pool_ = nullptr;
+  std::vector<uint8_t> pull_absent_;  // PullSparseRows: keys without a row, reused
   const bool row_ids_;      // sparse table on a store with row ids: windows merge by row id
   const bool ack_on_apply_;  // Store::acks_after_apply()
   const bool marks_;         // Store::persists_push_marks()

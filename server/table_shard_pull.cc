@@ -1,4 +1,8 @@
 // TableShard's pull side: readiness, held pulls and the pull replies (see table_shard.h).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "common/codec/row_cast.h"
 #include "server/table_shard.h"
 
@@ -90,7 +94,7 @@ Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::
     // Admission / eviction: missing rows are served from the initializer, not created.
     OSPREY_RETURN_IF_ERROR(!sparse()    ? store_->PullChunks(id_, keys, n, out)
                            : lifecycle_ ? lifecycle_->Pull(keys, n, out)
-                                        : store_->PullRows(id_, keys, n, out));
+                                        : PullSparseRows(keys, n, out));
   }
   RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
   if (sparse() && h.codec() != proto::CODEC_NONE) {  // validated by the Server: fp16 / bf16 rows
@@ -105,6 +109,46 @@ Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::
   reply->set_version(version_);
   reply->set_num_keys(0);
   reply->set_value_bytes(values->size());
+  return Status::OK();
+}
+
+Status TableShard::PullSparseRows(const uint64_t* keys, size_t n, float* out) {
+  const size_t dim = spec_.dim();
+  // A thread is worth its wake-up from about 64k floats of rows on (pulls only copy).
+  constexpr size_t kMinFloatsPerRange = size_t{1} << 16;
+  const size_t grain = std::max<size_t>(kMinFloatsPerRange / std::max<size_t>(dim, 1), 1);
+  if (apply_pool_ == nullptr || apply_pool_->Ranges(n, grain) < 2 ||
+      !store_->concurrent_row_visits(id_)) {
+    return store_->PullRows(id_, keys, n, out);
+  }
+  std::vector<uint8_t>& absent = pull_absent_;
+  absent.assign(n, 0);
+  OSPREY_RETURN_IF_ERROR(apply_pool_->Run(n, grain, [&](size_t begin, size_t end) {
+    return store_->VisitRows(id_, keys + begin, end - begin, RowAccess::kRead, [&](const RowBlock& b) {
+      for (size_t j = 0; j < b.n; ++j) {
+        const size_t i = begin + b.begin + j;
+        if (b.rows[j] == nullptr) {
+          absent[i] = 1;
+        } else {
+          std::memcpy(out + i * dim, b.rows[j], dim * sizeof(float));
+        }
+      }
+      return Status::OK();
+    });
+  }));
+  std::vector<uint64_t> missing;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < n; ++i) {
+    if (absent[i] == 0) continue;
+    missing.push_back(keys[i]);
+    at.push_back(i);
+  }
+  if (missing.empty()) return Status::OK();
+  std::vector<float> rows(missing.size() * dim);
+  OSPREY_RETURN_IF_ERROR(store_->PullRows(id_, missing.data(), missing.size(), rows.data()));
+  for (size_t m = 0; m < missing.size(); ++m) {
+    std::memcpy(out + at[m] * dim, rows.data() + m * dim, dim * sizeof(float));
+  }
   return Status::OK();
 }
 

@@ -17,7 +17,7 @@ namespace {
 // The child's body: never returns while serving (the parent SIGKILLs it); returns an exit code
 // when setup fails, after saying why on stderr (the parent then sees no endpoint).
 int Serve(const std::string& listen, const std::vector<config::TableConfig>& tables,
-          const TransportOptions& options, const ChildServer::ReadyFn& ready) {
+          const TransportOptions& options, int apply_threads, const ChildServer::ReadyFn& ready) {
   auto fail = [](const char* what, const Status& s) {
     std::fprintf(stderr, "bench server: %s: %s\n", what, s.ToString().c_str());
     return 2;
@@ -28,6 +28,7 @@ int Serve(const std::string& listen, const std::vector<config::TableConfig>& tab
   if (!store.ok()) return fail("store", store.status());
   server::Server srv(std::move(*transport), std::move(*store));
   srv.SetRolesRequired(options.curve.enabled);
+  srv.SetApplyThreads(apply_threads);
   auto bound = srv.Listen(listen);
   if (!bound.ok()) return fail("listen", bound.status());
   Status s = srv.Activate(0, BenchShardMap(*bound, tables), tables);
@@ -84,7 +85,7 @@ Status AwaitSingleThreaded(const std::string& what, int timeout_ms) {
 
 StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const std::string& transport, const std::vector<config::TableConfig>& tables,
-    const std::string& keys_dir) {
+    const std::string& keys_dir, int apply_threads) {
   OSPREY_RETURN_IF_ERROR(AwaitSingleThreaded("bench server"));
   OSPREY_ASSIGN_OR_RETURN(std::string listen, BenchListenEndpoint(transport));
   std::unique_ptr<ServerProcess> sp(new ServerProcess());
@@ -100,8 +101,8 @@ StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   std::fflush(stderr);
   OSPREY_ASSIGN_OR_RETURN(sp->child_,
                           ChildServer::Start(
-                              [listen, tables, server_options](const ChildServer::ReadyFn& ready) {
-                                return Serve(listen, tables, server_options, ready);
+                              [listen, tables, server_options, apply_threads](const ChildServer::ReadyFn& ready) {
+                                return Serve(listen, tables, server_options, apply_threads, ready);
                               },
                               /*in_process=*/false));
   sp->map_ = BenchShardMap(sp->child_->endpoint(), tables);

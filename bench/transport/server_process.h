@@ -51,10 +51,11 @@ class ServerProcess {
   // Internal (fork failed), DeadlineExceeded (the child failed to bind or activate; it prints
   // why on stderr).
   // `keys_dir` non-empty: the server listens with CURVE (the server keys of that directory, as
-  // `osprey keygen` writes them) and client_options() carry the worker keys.
+  // `osprey keygen` writes them) and client_options() carry the worker keys. `apply_threads`:
+  // the server's cluster.server_apply_threads.
   static StatusOr<std::unique_ptr<ServerProcess>> Start(
       const std::string& transport, const std::vector<config::TableConfig>& tables,
-      const std::string& keys_dir = "");
+      const std::string& keys_dir = "", int apply_threads = 1);
 
   // Kills and reaps the child; removes its ipc socket file.
   ~ServerProcess();

@@ -4,7 +4,7 @@
 //
 //   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc | rdma]
 //                          [--dense-sizes BYTES...] [--dense-only | --pipelined-only | --sparse-only]
-//                          [--push-part-bytes BYTES]
+//                          [--push-part-bytes BYTES] [--server-apply-threads T]
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
 // 16 pipelined 4 KiB pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD
@@ -278,6 +278,10 @@ int Main(int argc, char** argv) {
   size_t push_part_bytes = 1 << 20;
   app.add_option("--push-part-bytes", push_part_bytes, "the client's push_part_bytes: pushes of at least "
                  "twice this go in parts (default 1 MiB, the job default; 0: never)");
+  int server_apply_threads = 1;
+  app.add_option("--server-apply-threads", server_apply_threads, "the server's "
+                 "cluster.server_apply_threads (default 1)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--sparse-only", sparse_only, "only the sparse cases")
       ->excludes("--dense-only")
       ->excludes("--pipelined-only");
@@ -333,7 +337,7 @@ int Main(int argc, char** argv) {
   // Every server is forked now, while this process is still single-threaded.
   std::vector<std::unique_ptr<ServerProcess>> servers;
   for (const std::string& tr : transports) {
-    auto sp = ServerProcess::Start(tr, tables, keys_dir);
+    auto sp = ServerProcess::Start(tr, tables, keys_dir, server_apply_threads);
     if (!sp.ok()) {
       std::fprintf(stderr, "osprey-bench-transport: %s server: %s\n", tr.c_str(),
                    sp.status().ToString().c_str());

@@ -46,9 +46,9 @@ struct ClusterConfig {
   // Keeps servers off the cores of a worker's pipeline threads on a shared host (issue 17). Every
   // process of the role gets the whole list (several servers share it).
   std::string server_cpus, worker_cpus;
-  // Threads each server spreads a large merged window's apply over (rows by id, native store):
-  // the apply is bound by memory latency, so a second thread nearly doubles the rows in flight.
-  // 1: the serving thread alone. Results are the same bits either way.
+  // Threads each server spreads a large merged window's apply, and a large sparse pull's row
+  // reads, over (native store): both are bound by memory latency, so a second thread nearly
+  // doubles the rows in flight. 1: the serving thread alone. Same bits either way.
   int server_apply_threads = 1;
 };
 
