@@ -5,7 +5,7 @@
 // bound: each row is a few cache lines nobody can predict, so one core keeps only so many misses
 // in flight. The rows of one step are disjoint and each row's step runs the same instructions
 // wherever it runs, so splitting them into contiguous ranges over several threads changes no bit
-// of the result (tests/server/apply_pool_test.cc). Only stores that allow it are visited from
+// of the result (tests/server/merge_buffer_test.cc, parallel_pull_test.cc). Only stores that allow it are visited from
 // several threads at once (Store::concurrent_row_visits).
 //
 // A range is handed to a pool thread only when it is worth a wake-up (min_grain items): a small
@@ -42,6 +42,11 @@ class ApplyPool {
   // Runs that were split over more than one thread so far.
   uint64_t split_runs() const { return split_runs_.load(std::memory_order_relaxed); }
 
+  // The min_grain of rows of `dim` floats worth a wake-up of their own when a range must hold
+  // at least `min_floats` floats: min_floats / dim rows, at least 1.
+  static size_t RowGrain(size_t min_floats, size_t dim) {
+    return dim == 0 || min_floats <= dim ? 1 : min_floats / dim;
+  }
   // How many ranges Run splits n items into: min(threads, n / min_grain), at least 1.
   size_t Ranges(size_t n, size_t min_grain) const;
 

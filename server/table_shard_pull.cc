@@ -116,7 +116,7 @@ Status TableShard::PullSparseRows(const uint64_t* keys, size_t n, float* out) {
   const size_t dim = spec_.dim();
   // A thread is worth its wake-up from about 64k floats of rows on (pulls only copy).
   constexpr size_t kMinFloatsPerRange = size_t{1} << 16;
-  const size_t grain = std::max<size_t>(kMinFloatsPerRange / std::max<size_t>(dim, 1), 1);
+  const size_t grain = ApplyPool::RowGrain(kMinFloatsPerRange, dim);
   if (apply_pool_ == nullptr || apply_pool_->Ranges(n, grain) < 2 ||
       !store_->concurrent_row_visits(id_)) {
     return store_->PullRows(id_, keys, n, out);

@@ -70,7 +70,7 @@ Status Updater::ApplyRowsById(Store* store, uint32_t table, const uint32_t* ids,
     return range(0, n);
   }
   // A range is worth a thread's wake-up (tens of us) from about 256k floats of rows on.
-  return pool->Run(n, std::max<size_t>(kMinFloatsPerRange / std::max<size_t>(dim, 1), 1), range);
+  return pool->Run(n, ApplyPool::RowGrain(kMinFloatsPerRange, dim), range);
 }
 
 Status Updater::ApplyChunks(Store* store, uint32_t table, const uint64_t* chunks, size_t n,

@@ -283,14 +283,16 @@ int main(int argc, char** argv) {
     else if (a == "--json") o.json = argv[++i];
     else if (a == "--optimizer") o.optimizer = argv[++i];
     else if (a == "--dim") o.dim = std::atoi(argv[++i]);
-    else if (a == "--apply-threads") o.apply_threads = std::atoi(argv[++i]);
+    else if (a == "--apply-threads") {
+      const std::string v = argv[++i];
+      const double t = StoreFlagNumber(a, v.c_str());
+      if (t < 1 || t > 64 || t != static_cast<int>(t)) BadStoreFlag(a + ": '" + v + "' is not 1..64");
+      o.apply_threads = static_cast<int>(t);
+    }
     else Usage();
   }
   if (placement) return o.keys > 0 && o.runs > 0 ? RunPlacement(o) : (Usage(), 2);
-  if (o.rows == 0 || o.keys == 0 || o.keys > o.rows || o.pushes <= 0 || o.runs <= 0 ||
-      o.apply_threads < 1 || o.apply_threads > 64) {
-    Usage();
-  }
+  if (o.rows == 0 || o.keys == 0 || o.keys > o.rows || o.pushes <= 0 || o.runs <= 0) Usage();
   std::printf("merge-then-apply, sparse rows: %zu rows, %zu keys per push, %d pushes per pass, "
               "%d apply thread(s), median of %d\n", o.rows, o.keys, o.pushes, o.apply_threads, o.runs);
   std::printf("%-8s %-9s %4s %14s %10s %10s   %s\n", "case", "optimizer", "dim", "rows/s",
