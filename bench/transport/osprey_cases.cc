@@ -176,14 +176,18 @@ StatusOr<OpTiming> OspreyBench::Sparse(const std::string& table_name, size_t num
   std::vector<float> grads(num_keys * dim, kGrad);
   std::vector<float> out(num_keys * dim);
   worker::Client* c = client_.get();
-  auto push = [&] { return c->Wait(c->Push(id, keys.data(), num_keys, grads.data())); };
+  // Pushes carry the newest version a reply reported, as a worker's gradient of the rows it just
+  // pulled does; version 0 would make every push look maximally stale to the server.
+  auto push = [&] {
+    return c->Wait(c->Push(id, keys.data(), num_keys, grads.data(), /*clock=*/0, c->version(id)));
+  };
   auto pull = [&] { return c->Wait(c->Pull(id, keys.data(), num_keys, out.data())); };
   // Creates the rows, so no timed call (warm-up included) pays row creation.
   OSPREY_RETURN_IF_ERROR(pull());
   if (op == BenchOp::kPushBuffers) {
     const Buffer key_buffer = Buffer::Copy(keys.data(), keys.size() * sizeof(uint64_t));
     const Buffer row_buffer = Buffer::Copy(grads.data(), grads.size() * sizeof(float));
-    return TimeOp([&] { return c->Wait(c->Push(id, key_buffer, row_buffer)); }, options);
+    return TimeOp([&] { return c->Wait(c->Push(id, key_buffer, row_buffer, 0, c->version(id))); }, options);
   }
   if (op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16) {
     const bool pushes = op == BenchOp::kPushBf16;

@@ -5,6 +5,7 @@
 //   osprey-bench-transport [--json PATH] [--runs N] [--quick] [--transport tcp ipc | rdma]
 //                          [--dense-sizes BYTES...] [--dense-only | --pipelined-only | --sparse-only]
 //                          [--push-part-bytes BYTES] [--server-apply-threads T]
+//                          [--sparse-ops OP...] [--sparse-keys KEYSxDIM...]
 //
 // Cases: dense 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB (push, pull, push+pull, pull into a Buffer);
 // 16 pipelined 4 KiB pushes; sparse 100k and 1M keys x dim 16 and 1M keys x dim 1 with the SGD
@@ -15,7 +16,9 @@
 // --quick: dense 4 KiB and 1 MiB, pipelined, sparse 100k x 16; 3 runs of >= 20 ms (a smoke test).
 // --dense-sizes replaces the plan's dense sizes; --dense-only skips the pipelined and sparse cases
 // (to compare builds on a few dense sizes quickly); --pipelined-only runs the pipelined case alone,
-// --sparse-only the sparse cases alone.
+// --sparse-only the sparse cases alone. --sparse-ops keeps the named sparse operations (push, pull,
+// pushpull, push_bf16, pull_bf16, push_buffers, pull_x3) and --sparse-keys replaces the shapes
+// (e.g. 100000x16): one case alone, to profile it.
 //
 // --transport rdma (builds with libibverbs): the RdmaTransport on the loopback verbs test double,
 // CPU cost per message next to ZeroMQ ipc and in-process -- not network speed (rdma_loopback_bench.h).
@@ -60,6 +63,7 @@ struct Plan {
   bool dense_only = false;
   bool pipelined_only = false;
   bool sparse_only = false;
+  std::vector<std::string> sparse_ops;  // empty: all of them
   size_t push_part_bytes = 1 << 20;  // the job default (client.push_part_bytes)
   TimingOptions timing;
 };
@@ -213,6 +217,23 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
   return Status::OK();
 }
 
+bool Wanted(const Plan& plan, BenchOp op) {
+  return plan.sparse_ops.empty() || std::find(plan.sparse_ops.begin(), plan.sparse_ops.end(),
+                                              BenchOpName(op)) != plan.sparse_ops.end();
+}
+
+// "100000x16" -> {100000, 16}; false when it is not KEYSxDIM with both positive.
+bool ParseSparseCase(const std::string& text, SparseCase* c) {
+  unsigned long long keys = 0;
+  int dim = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%llux%d%c", &keys, &dim, &tail) != 2 || keys == 0 || dim <= 0) {
+    return false;
+  }
+  *c = {static_cast<size_t>(keys), dim};
+  return true;
+}
+
 Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan& plan,
                  std::vector<BenchRecord>* out) {
   OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options(),
@@ -222,6 +243,7 @@ Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan&
     const uint64_t bytes = c.keys * (sizeof(uint64_t) + c.dim * sizeof(float));
     for (BenchOp op : {BenchOp::kPush, BenchOp::kPull, BenchOp::kPushPull, BenchOp::kPushBf16, BenchOp::kPullBf16,
                        BenchOp::kPushBuffers}) {
+      if (!Wanted(plan, op)) continue;
       OSPREY_ASSIGN_OR_RETURN(OpTiming t,
                               bench->Sparse(SparseName(c.dim), c.keys, seed, op, plan.timing));
       const bool bf16 = op == BenchOp::kPushBf16 || op == BenchOp::kPullBf16;
@@ -229,6 +251,7 @@ Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan&
       out->push_back(MakeRecord("sparse", tr, op, moved, c.keys, c.dim, t.median_s, 1, t.cpu_s));
       Progress(out->back());
     }
+    if (!Wanted(plan, BenchOp::kThreadedPull)) continue;
     OSPREY_ASSIGN_OR_RETURN(OpTiming t,
                             bench->ThreadedSparsePull(SparseName(c.dim), c.keys, seed, plan.timing));
     out->push_back(MakeRecord("sparse", tr, BenchOp::kThreadedPull, bytes, c.keys, c.dim, t.median_s,
@@ -285,6 +308,12 @@ int Main(int argc, char** argv) {
   app.add_flag("--sparse-only", sparse_only, "only the sparse cases")
       ->excludes("--dense-only")
       ->excludes("--pipelined-only");
+  std::vector<std::string> sparse_ops, sparse_keys;
+  app.add_option("--sparse-ops", sparse_ops, "only these sparse operations")
+      ->check(CLI::IsMember({"push", "pull", "pushpull", "push_bf16", "pull_bf16", "push_buffers",
+                             "pull_x3"}));
+  app.add_option("--sparse-keys", sparse_keys, "sparse shapes KEYSxDIM (e.g. 100000x16), replacing "
+                                               "the plan's");
   app.add_option("--transport", transports, "tcp and/or ipc; or rdma (loopback verbs, CPU cost only)")
       ->check(CLI::IsMember({"tcp", "ipc", "rdma"}));
   std::string security = "none";
@@ -317,6 +346,17 @@ int Main(int argc, char** argv) {
     }
   }
   if (!dense_sizes.empty()) plan.dense_bytes = dense_sizes;
+  if (!sparse_keys.empty()) plan.sparse.clear();
+  for (const std::string& text : sparse_keys) {
+    SparseCase c;
+    if (!ParseSparseCase(text, &c)) {
+      std::fprintf(stderr, "osprey-bench-transport: --sparse-keys '%s' is not KEYSxDIM with both "
+                           "positive (e.g. 100000x16)\n", text.c_str());
+      return 2;
+    }
+    plan.sparse.push_back(c);
+  }
+  plan.sparse_ops = sparse_ops;
   plan.dense_only = dense_only;
   plan.pipelined_only = pipelined_only;
   plan.sparse_only = sparse_only;
