@@ -298,7 +298,10 @@ void GpuTrainer::StartPrefetch(int64_t steps) {
 void GpuTrainer::PlannerLoop(int64_t steps) {
   cudaSetDevice(device_);
   for (int64_t t = first_step_; t < steps; ++t) {
-    if (!board_->WaitFor(kPushed, t - opt_.ring).ok()) return;  // step t's input held step t - ring's
+    // Step t's input held step t - ring's: free once it was pushed and the main thread read its
+    // timing events (a re-recorded plan_start would leave that read cudaErrorNotReady).
+    if (!board_->WaitFor(kPushed, t - opt_.ring).ok()) return;
+    if (!board_->WaitFor(kComputed, t - opt_.ring).ok()) return;
     Status s = PlanStep(t, &inputs_[t % opt_.ring]);
     if (!s.ok()) return board_->Fail(s);
     board_->Reach(kPlanned, t);

@@ -53,7 +53,9 @@ enum Milestone : int {
   kPulled,       // host group: PullStep done, the broadcast may follow (puller)
   kReady,        // the step's inputs are complete (puller, or the comm thread after the broadcast)
   kGathered,     // the step's gather of cache rows is enqueued (main)
-  kPushed,       // the step's pushes are sent, its inputs free for step + ring (pusher)
+  kPushed,       // the step's pushes are sent (pusher)
+  kComputed,     // the step's compute stream is synchronized and its timing events read (main);
+                 // with kPushed, its inputs are free for step + ring
   kNumMilestones
 };
 

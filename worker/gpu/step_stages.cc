@@ -216,6 +216,7 @@ Status GpuTrainer::Compute(StepInput* in) {
   Count(StepMetrics::kCompute, compute_s);
   Count(StepMetrics::kNccl, bcast_s);
   OSPREY_RETURN_IF_ERROR(CountDeviceTimes(*in));
+  board_->Reach(kComputed, step);  // the planner may now reuse the input's events
   const float loss = h_loss_.as<float>()[0];
   if (!std::isfinite(loss)) return Internal("step " + std::to_string(step) + ": loss is not finite");
   double avg = step_.load() == first_step_ ? loss : 0.95 * loss_.load() + 0.05 * loss;
@@ -228,7 +229,8 @@ Status GpuTrainer::Compute(StepInput* in) {
 
 // The device time of step's stages, from its timed events. The compute stream was synchronized
 // and had waited for the pull, so only the plan stream's end may still be pending (a wait of
-// nothing: the planner synchronized its stream before the pull began).
+// nothing: the planner synchronized its stream before the pull began). The planner records into
+// these events again for step + ring only after kComputed (PlannerLoop).
 Status GpuTrainer::CountDeviceTimes(const StepInput& in) {
   struct Span {
     cudaEvent_t start, end;
