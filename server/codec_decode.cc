@@ -9,6 +9,14 @@ namespace osprey::server {
 
 Status DecodePushValues(const proto::Header& h, const Buffer& values, size_t n_floats,
                         std::vector<float>* out, DecodeStats* stats) {
+  Buffer decoded;
+  OSPREY_RETURN_IF_ERROR(DecodePushValues(h, values, n_floats, &decoded, stats));
+  out->assign(decoded.as<float>(), decoded.as<float>() + n_floats);
+  return Status::OK();
+}
+
+Status DecodePushValues(const proto::Header& h, const Buffer& values, size_t n_floats, Buffer* out,
+                        DecodeStats* stats) {
   auto start = std::chrono::steady_clock::now();
   const std::string what = "compressed push to table " + std::to_string(h.table());
   // The wire ids are wider than codec::CodecId / ValueType: reject before narrowing, so that
@@ -32,10 +40,10 @@ Status DecodePushValues(const proto::Header& h, const Buffer& values, size_t n_f
   view.meta.chunk = h.codec_chunk();
   view.data = values.data();
   view.size = values.size();
-  // DecodeAddFrame validates the whole frame before it adds anything, but *out is a fresh
-  // vector anyway, so a bad frame can never reach the store.
-  out->assign(n_floats, 0.0f);
-  Status s = codec::DecodeAddFrame(view, out->data(), n_floats, 1.0f);
+  // DecodeFrame validates the whole frame before it writes anything, and *out is a fresh
+  // Buffer anyway, so a bad frame can never reach the store.
+  *out = Buffer::Allocate(n_floats * sizeof(float));
+  Status s = codec::DecodeFrame(view, reinterpret_cast<float*>(out->mutable_data()), n_floats);
   if (!s.ok()) return s.WithContext(what + " (" + std::to_string(n_floats) + " floats)");
   if (stats != nullptr) {
     stats->frames.fetch_add(1, std::memory_order_relaxed);

@@ -31,11 +31,14 @@ struct DecodeStats {
 
 // Validates the encoded meta of `h` against `values` and a destination of n_floats floats (known
 // codec and value type, value_bytes == values.size(), counts and sizes agree, every index <
-// n_floats, onebit padding zero) and decodes into *out, resized to n_floats and zero-filled first.
+// n_floats, onebit padding zero) and decodes into *out, a new Buffer of n_floats floats (the
+// vector form: resized to n_floats).
 // A bad frame returns InvalidArgument (unknown codec or value type, size disagreements) or DataLoss
 // (inconsistent or truncated payload, index out of range), with a message naming the table id and
 // what was wrong; *out is then unspecified and must not be applied. `stats` (may be null) counts
 // successful decodes.
+Status DecodePushValues(const proto::Header& h, const Buffer& values, size_t n_floats, Buffer* out,
+                        DecodeStats* stats = nullptr);
 Status DecodePushValues(const proto::Header& h, const Buffer& values, size_t n_floats,
                         std::vector<float>* out, DecodeStats* stats = nullptr);
 

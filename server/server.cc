@@ -441,10 +441,8 @@ Status Server::ValidateData(const proto::Header& h, const Message& msg, DataRequ
   // one is applied) and from here on handled exactly like an fp32 push.
   r->values = msg.values;
   if (encoded && !r->is_pull) {
-    std::vector<float> v;
-    Status ds = DecodePushValues(h, msg.values, floats, &v, &decode_stats_);
+    Status ds = DecodePushValues(h, msg.values, floats, &r->values, &decode_stats_);
     if (!ds.ok()) return ds.WithContext("table '" + t.spec().name() + "'");
-    r->values = Buffer::FromVector(std::move(v));
   }
   if (r->values.size() != want_bytes || (!encoded && h.value_bytes() != want_bytes)) {
     return InvalidArgument("table '" + t.spec().name() + "': values frame has " +

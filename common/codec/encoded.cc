@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/codec/codec_math.h"
+#include "common/codec/row_cast.h"
 
 namespace osprey::codec {
 namespace {
@@ -70,16 +71,28 @@ bool AllowedValueType(CodecId id, ValueType type) {
   return false;
 }
 
-// Sparse frames: every index must be checked before the first add, so a bad frame changes nothing.
+// The payload checks ValidateMeta leaves to the decode: every sparse index < n, onebit padding bits
+// zero. Run before the first write, so a bad frame changes nothing.
+Status CheckPayload(const EncodedView& in, size_t n) {
+  if (IsSparse(in.meta.codec)) {
+    for (size_t i = 0; i < in.meta.count; ++i) {
+      const uint32_t idx = LoadU32(in.data + 4 * i);
+      if (idx >= n) {
+        return DataLoss("sparse frame: pair " + std::to_string(i) + " has index " + std::to_string(idx) +
+                        " >= length " + std::to_string(n));
+      }
+    }
+  } else if (in.meta.codec == CodecId::kOneBit && n % 32 != 0) {
+    const size_t num_chunks = (n + in.meta.chunk - 1) / in.meta.chunk;
+    const uint32_t last = LoadU32(in.data + 4 * num_chunks + 4 * ((n + 31) / 32 - 1));
+    if ((last >> (n % 32)) != 0) return DataLoss("onebit frame: padding bits past length are not zero");
+  }
+  return Status::OK();
+}
+
+// Sparse frames (CheckPayload passed).
 Status DecodeAddSparse(const EncodedView& in, float* dst, size_t n, float scale) {
   const size_t count = in.meta.count;
-  for (size_t i = 0; i < count; ++i) {
-    const uint32_t idx = LoadU32(in.data + 4 * i);
-    if (idx >= n) {
-      return DataLoss("sparse frame: pair " + std::to_string(i) + " has index " + std::to_string(idx) +
-                      " >= length " + std::to_string(n));
-    }
-  }
   const uint8_t* values = in.data + 4 * count;
   WithValueType(in.meta.value_type, [&](auto value) {
     for (size_t i = 0; i < count; ++i) {
@@ -91,15 +104,12 @@ Status DecodeAddSparse(const EncodedView& in, float* dst, size_t n, float scale)
   return Status::OK();
 }
 
+// Onebit frames (CheckPayload passed).
 Status DecodeAddOneBit(const EncodedView& in, float* dst, size_t n, float scale) {
   const size_t chunk = in.meta.chunk;
   const size_t num_chunks = (n + chunk - 1) / chunk;
   const size_t num_words = (n + 31) / 32;
   const uint8_t* words = in.data + 4 * num_chunks;
-  if (n % 32 != 0) {
-    const uint32_t last = LoadU32(words + 4 * (num_words - 1));
-    if ((last >> (n % 32)) != 0) return DataLoss("onebit frame: padding bits past length are not zero");
-  }
   for (size_t w = 0; w < num_words; ++w) {
     const uint32_t bits = LoadU32(words + 4 * w);
     const uint32_t scale_bits = LoadU32(in.data + 4 * (w * 32 / chunk));
@@ -203,9 +213,22 @@ Status ValidateMeta(const EncodedMeta& meta, size_t payload_size, size_t n) {
 Status DecodeAddFrame(const EncodedView& in, float* dst, size_t n, float scale) {
   OSPREY_RETURN_IF_ERROR(ValidateMeta(in.meta, in.size, n));
   if (n == 0) return Status::OK();
+  OSPREY_RETURN_IF_ERROR(CheckPayload(in, n));
   if (IsSparse(in.meta.codec)) return DecodeAddSparse(in, dst, n, scale);
   if (in.meta.codec == CodecId::kOneBit) return DecodeAddOneBit(in, dst, n, scale);
   return DecodeAddDense(in, dst, n, scale);
+}
+
+Status DecodeFrame(const EncodedView& in, float* dst, size_t n) {
+  OSPREY_RETURN_IF_ERROR(ValidateMeta(in.meta, in.size, n));
+  if (n == 0) return Status::OK();
+  if (!IsSparse(in.meta.codec) && in.meta.codec != CodecId::kOneBit) {
+    WidenRowValues(in.data, n, in.meta.value_type, dst);
+    return Status::OK();
+  }
+  OSPREY_RETURN_IF_ERROR(CheckPayload(in, n));
+  std::fill(dst, dst + n, 0.0f);
+  return IsSparse(in.meta.codec) ? DecodeAddSparse(in, dst, n, 1.0f) : DecodeAddOneBit(in, dst, n, 1.0f);
 }
 
 }  // namespace osprey::codec

@@ -98,4 +98,9 @@ Status ValidateMeta(const EncodedMeta& meta, size_t payload_size, size_t n);
 // directly, since decoding never depends on the encoder's configuration.
 Status DecodeAddFrame(const EncodedView& in, float* dst, size_t n, float scale);
 
+// The same validation, then writes decoded into dst[0, n) (every element: dst need not be
+// initialized). A dense frame (none / fp16 / bf16 values) is widened in one vectorized pass; a
+// sparse or onebit frame is zero-filled and decode-added. Writes nothing unless the frame is valid.
+Status DecodeFrame(const EncodedView& in, float* dst, size_t n);
+
 }  // namespace osprey::codec

@@ -7,9 +7,13 @@
 #include <limits>
 #include <vector>
 
+#include "common/codec/codec_math.h"
+#include "common/codec/row_cast.h"
 #include "tests/testing/cluster_fixture.h"
+#include "proto/wire.h"
 #include "tests/testing/observed_transport.h"
 #include "worker/client/client.h"
+#include "worker/client/push_encoder.h"
 #include "worker/client/push_parts.h"
 
 namespace osprey::worker {
@@ -17,6 +21,7 @@ namespace {
 
 using testing::InprocCluster;
 using testing::ObservedTransport;
+using testing::SentFrame;
 
 constexpr float kLr = 0.5f;
 constexpr size_t kDim = 4;             // sparse rows of 16 bytes
@@ -133,6 +138,36 @@ TEST_F(PushPartsTest, SparsePushInPartsIsOnePushWithTheWholePushesWeights) {
   EXPECT_EQ(PushesApplied() - applied, 1u) << "the parts counted as pushes of their own";
   const std::vector<float> after = PullSparse(keys);
   for (size_t i = 0; i < after.size(); ++i) ASSERT_FLOAT_EQ(after[i], before[i] - kLr * g[i]) << i;
+}
+
+TEST_F(PushPartsTest, Bf16RowsGoInPartsEachEncodedAloneAndLandAsTheWholePushWould) {
+  Connect(1024);
+  StatusOr<std::unique_ptr<PushEncoder>> bf16 = MakeRowCastEncoder(proto::CODEC_BF16);
+  ASSERT_TRUE(bf16.ok());
+  ASSERT_TRUE(client_->SetEncoder(0, std::move(*bf16)).ok());
+  const std::vector<uint64_t> keys = Keys(1000);  // 16000 bytes of fp32 rows: 15 parts
+  const std::vector<float> before = PullSparse(keys), g = Grads(keys.size() * kDim);
+  const uint64_t applied = PushesApplied();
+  const size_t sent = transport_->sent().size();
+  ASSERT_TRUE(client_->Wait(client_->Push(0, keys.data(), keys.size(), g.data())).ok());
+  const std::vector<SentFrame> frames = transport_->sent();
+  ASSERT_EQ(frames.size() - sent, 15u) << "the bf16 push was not sent in parts";
+  size_t value_bytes = 0;
+  for (size_t i = sent; i < frames.size(); ++i) {
+    StatusOr<proto::Header> h = ParseHeader(frames[i].header);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->codec(), proto::CODEC_BF16) << "part " << i - sent;
+    EXPECT_EQ(h->push_parts(), 15u) << "part " << i - sent;
+    EXPECT_EQ(h->codec_count() * 2, frames[i].values_size) << "part " << i - sent;
+    value_bytes += frames[i].values_size;
+  }
+  EXPECT_EQ(value_bytes, g.size() * 2) << "every value once, as bf16";
+  EXPECT_EQ(PushesApplied() - applied, 1u) << "the parts counted as pushes of their own";
+  const std::vector<float> after = PullSparse(keys);
+  for (size_t i = 0; i < after.size(); ++i) {
+    const float sent_g = codec::Bf16BitsToFloat(codec::row_cast_internal::Bf16Reference(g[i]));
+    ASSERT_FLOAT_EQ(after[i], before[i] - kLr * sent_g) << i;
+  }
 }
 
 TEST_F(PushPartsTest, DensePushInPartsIsOnePushWithTheWholePushesWeights) {

@@ -35,13 +35,27 @@ class BadFrameTest : public ::testing::Test {
     EXPECT_EQ(st.code(), code) << st.ToString();
     EXPECT_NE(st.message().find(phrase), std::string::npos) << st.ToString();
     for (float v : dst) ASSERT_EQ(v, 1.0f);
-    // The config-free entry point the server uses agrees.
+    // The config-free entry points the server uses agree, and write nothing either.
     EXPECT_EQ(DecodeAddFrame(e.view(), dst.data(), n, 1.0f).code(), code);
+    EXPECT_EQ(DecodeFrame(e.view(), dst.data(), n).code(), code);
+    for (float v : dst) ASSERT_EQ(v, 1.0f);
   }
 
   std::vector<float> g_ = RandomGradient(kN, 30);
   std::unique_ptr<Codec> codec_;
 };
+
+// DecodeFrame (what the server decodes a push with) overwrites every element with what
+// DecodeAddFrame adds to zeros, for every codec, whatever dst held before.
+TEST_F(BadFrameTest, DecodeFrameWritesWhatDecodeAddAddsToZeros) {
+  for (const char* type : {"none", "fp16", "bf16", "topk", "randomk", "onebit"}) {
+    Encoded e = EncodeWith(type);
+    std::vector<float> added(kN, 0.0f), written(kN, 7.0f);
+    ASSERT_TRUE(DecodeAddFrame(e.view(), added.data(), kN, 1.0f).ok()) << type;
+    ASSERT_TRUE(DecodeFrame(e.view(), written.data(), kN).ok()) << type;
+    for (size_t i = 0; i < kN; ++i) ASSERT_EQ(written[i], added[i]) << type << " at " << i;
+  }
+}
 
 TEST_F(BadFrameTest, IndexOutOfRangeInTheLastPair) {
   Encoded e = EncodeWith("topk");

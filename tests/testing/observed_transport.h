@@ -1,7 +1,7 @@
 // ObservedTransport: a TEST SEAM that wraps (and owns) a Transport and lets a test see what goes
 // through it, so client tests can wait on events instead of sleeping:
-//   - every sent message's frames, by address and size (SentFrame), to prove a frame is the
-//     caller's own memory (zero-copy);
+//   - every sent message's header, and its frames by address and size (SentFrame), to prove a
+//     frame is the caller's own memory (zero-copy);
 //   - sends can be held back (HoldSends) and let go later (ReleaseHeld), to prove the client
 //     keeps a caller's Buffers alive until the transport sent them;
 //   - the number of received messages the handler has finished with (handled()), and a bounded
@@ -23,6 +23,7 @@
 namespace osprey::testing {
 
 struct SentFrame {
+  Buffer header;  // the serialized header (proto/wire.h ParseHeader reads it)
   const uint8_t* keys = nullptr;
   size_t keys_size = 0;
   const uint8_t* values = nullptr;
@@ -48,7 +49,7 @@ class ObservedTransport final : public Transport {
   void Stop() override { inner_->Stop(); }
   Status Send(Message msg) override {
     MutexLock lock(&mu_);
-    sent_.push_back({msg.keys.data(), msg.keys.size(), msg.values.data(), msg.values.size()});
+    sent_.push_back({msg.header, msg.keys.data(), msg.keys.size(), msg.values.data(), msg.values.size()});
     if (hold_) {
       held_.push_back(std::move(msg));
       return Status::OK();

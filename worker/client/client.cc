@@ -133,7 +133,8 @@ void Client::Send(Ticket ticket, int server, proto::Header header, Buffer keys, 
 
 bool Client::SendPushParts(Ticket ticket, int server, const proto::Header& header, const Buffer& keys,
                            const PushValues& v, const std::vector<size_t>& starts,
-                           const std::vector<uint64_t>* key_floats, size_t floats_per_key) {
+                           const std::vector<uint64_t>* key_floats, size_t floats_per_key,
+                           PushEncoder* encoder) {
   if (starts.size() < 2 || !v.AllFinite()) return false;
   const size_t n = keys.size() / sizeof(uint64_t);
   size_t first_float = 0;
@@ -148,9 +149,17 @@ bool Client::SendPushParts(Ticket ticket, int server, const proto::Header& heade
     proto::Header part = header;
     part.set_push_part(static_cast<uint32_t>(p + 1));
     part.set_push_parts(static_cast<uint32_t>(starts.size()));
-    Send(ticket, server, std::move(part), keys.Slice(begin * sizeof(uint64_t), (end - begin) * sizeof(uint64_t)),
-         v.Part(begin, end, first_float, floats).Fp32Frame(), 0, nullptr);
+    const PushValues pv = v.Part(begin, end, first_float, floats);
     first_float += floats;
+    Buffer values;
+    if (encoder == nullptr) {
+      values = pv.Fp32Frame();
+    } else if (Status s = encoder->Encode(pv, &part, &values); !s.ok()) {
+      requests_.Fail(ticket, s);  // EncodesPartsAlone: only a broken encoder gets here
+      return true;
+    }
+    Send(ticket, server, std::move(part), keys.Slice(begin * sizeof(uint64_t), (end - begin) * sizeof(uint64_t)),
+         std::move(values), 0, nullptr);
   }
   return true;
 }

@@ -265,14 +265,15 @@ class Client {
   // Admits one message with the request table and sends it; failures are recorded on the ticket.
   void Send(Ticket ticket, int server, proto::Header header, Buffer keys, Buffer values,
             size_t expect_bytes, std::unique_ptr<ReplySink> sink);
-  // Sends the fp32 push message `v` (keys frame `keys`) as the parts starting at key indexes
-  // `starts` (push_parts.h; key i has (*key_floats)[i] floats, or floats_per_key when null), each
-  // copied or sliced only when it goes out, so the copy of part p + 1 overlaps the sending of
-  // part p. False, and nothing sent, when there is one part or a value is not finite (the
-  // caller then sends it whole).
+  // Sends the push message `v` (keys frame `keys`) as the parts starting at key indexes `starts`
+  // (push_parts.h; key i has (*key_floats)[i] floats, or floats_per_key when null), each copied,
+  // sliced or encoded (by `encoder`, one that EncodesPartsAlone, when not null) only when it goes
+  // out, so part p + 1's copy overlaps the sending of part p. False, and nothing sent, when there
+  // is one part or a value is not finite (the caller then sends it whole).
   bool SendPushParts(Ticket ticket, int server, const proto::Header& header, const Buffer& keys,
                      const PushValues& v, const std::vector<size_t>& starts,
-                     const std::vector<uint64_t>* key_floats, size_t floats_per_key);
+                     const std::vector<uint64_t>* key_floats, size_t floats_per_key,
+                     PushEncoder* encoder = nullptr);
   void OnReply(Message&& msg);
   // What a ticket was for, for error messages (built only when an error is reported).
   std::string Describe(proto::Op op, uint32_t table) const;

@@ -158,10 +158,10 @@ Ticket Client::SendSparsePush(const SparsePush& p) {
     h.set_table(p.table);
     h.set_clock(p.clock);
     h.set_version(p.version);
-    if (encoder == nullptr &&
+    if ((encoder == nullptr || encoder->EncodesPartsAlone()) &&
         SendPushParts(ticket, slice.server, h, slice.keys, v,
                       UniformPartStarts(slice.count, dim, options_.push_part_bytes, kMaxClientPushParts),
-                      nullptr, dim)) {
+                      nullptr, dim, encoder.get())) {
       continue;
     }
     Buffer values;

@@ -76,6 +76,8 @@ class RowCastEncoder final : public PushEncoder {
     return Status::OK();
   }
 
+  bool EncodesPartsAlone() const override { return true; }
+
  private:
   const proto::Codec codec_;
   const codec::ValueType type_;

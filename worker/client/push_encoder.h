@@ -82,6 +82,11 @@ class PushEncoder {
   // *header (codec, codec_value_type, codec_count, codec_chunk; untouched for plain fp32). An
   // error fails the push's ticket (the message is not sent).
   virtual Status Encode(const PushValues& in, proto::Header* header, Buffer* values) = 0;
+
+  // True when a message may be cut into push parts each encoded alone (worker/client/push_parts.h):
+  // every value is encoded on its own (no state, no scale or selection over the message), and
+  // Encode cannot fail for a table CheckTable accepted, so no part fails after earlier ones left.
+  virtual bool EncodesPartsAlone() const { return false; }
 };
 
 // Sparse rows sent as `codec`: CODEC_FP16 or CODEC_BF16 (round to nearest even; finite values

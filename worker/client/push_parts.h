@@ -12,6 +12,10 @@
 // The client (Client::SendPushParts) copies or slices each part only as it sends it, so the copy
 // of part p + 1 overlaps the sending of part p.
 //
+// Encoded rows: a push whose encoder EncodesPartsAlone (the fp16 / bf16 row casts) is cut the same
+// way (parts of push_part_bytes of fp32 rows), each part cast as it goes out; other encoders (a
+// selection or scale over the whole message) send it whole.
+//
 // Atomicity: a server rejects a non-finite part alone, so the client splits a push only when all
 // its values are finite (PushValues::AllFinite, one vectorized pass before the first part goes
 // out); a push with a NaN goes whole, and the server's non_finite policy treats it exactly as
