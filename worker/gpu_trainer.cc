@@ -144,6 +144,7 @@ StepSizes GpuTrainer::sizes() const {
   z.dim = dim_;
   z.num_params = num_params_;
   z.num_servers = exchange_.num_servers();
+  z.row_cast = opt_.row_cast != codec::ValueType::kFp32;
   return z;
 }
 
@@ -169,6 +170,9 @@ Status GpuTrainer::InitData() {
   OSPREY_RETURN_IF_ERROR(InitEncoder());
   OSPREY_LOG_INFO("worker {}: dense gradient encoded on the {}: {}", rank_, opt_.encode_on_device ? "device" : "host",
                   opt_.encode_why);
+  if (opt_.row_cast != codec::ValueType::kFp32) {
+    OSPREY_LOG_INFO("worker {}: row gradients cast to {} on the device", rank_, codec::ValueTypeName(opt_.row_cast));
+  }
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
   if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
   std::vector<float> init(num_params_);

@@ -6,7 +6,8 @@
 #
 # Usage, from the repository root on the GPU machine:
 #   bench/gpu/run-dlrm-rows.sh PACK BATCH [OUT_DIR]
-# env: RUNS (3), STEPS (1000), SERVERS (16), CACHE (1.0,0.1). Builds nothing.
+# env: RUNS (3), STEPS (1000), SERVERS (8: on a 16-core host 8 servers beat 16, bench/results/
+# 2026-12-07-h100-s6-gpu-fix-dlrm.md), CACHE (1.0,0.1). Builds nothing.
 set -u -o pipefail
 pack=${1:?usage: $0 PACK BATCH [OUT_DIR]}
 batch=${2:?usage: $0 PACK BATCH [OUT_DIR]}
@@ -15,7 +16,7 @@ mkdir -p "$out"
 case "$batch" in ''|*[!0-9]*) echo "BATCH must be a number, not '$batch'" >&2; exit 2 ;; esac
 export NCCL_NVLS_ENABLE=0
 common=(--batches "$batch" --cache "${CACHE:-1.0,0.1}" --gpus 1 --runs "${RUNS:-3}"
-        --steps "${STEPS:-1000}" --servers "${SERVERS:-16}")
+        --steps "${STEPS:-1000}" --servers "${SERVERS:-8}")
 here=$(dirname "$0")
 echo "== fp32 rows, with the PyTorch references"
 "$here/run.sh" "$pack" "${common[@]}" --ref-tables fused,per-feature \

@@ -97,6 +97,21 @@ OSPREY_HD uint16_t FloatToBf16Bits(float x) {
 
 OSPREY_HD float Bf16BitsToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
+// The row casts (common/codec/row_cast.h, and the GPU worker's device cast of its row gradients):
+// as above, except that a finite value beyond the format's range becomes its largest finite value
+// of that sign (+-65504 for half, +-0x7F7F for bf16) instead of infinity.
+OSPREY_HD uint16_t SaturatingHalfBits(float x) {
+  if ((FloatBits(x) & kKeyMask) < 0x7F800000u) x = x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x;
+  return FloatToHalfBits(x);
+}
+
+OSPREY_HD uint16_t SaturatingBf16Bits(float x) {
+  uint16_t b = FloatToBf16Bits(x);
+  const bool finite = (FloatBits(x) & kKeyMask) < 0x7F800000u;
+  if ((b & 0x7FFFu) == 0x7F80u && finite) b = static_cast<uint16_t>((b & 0x8000u) | 0x7F7Fu);
+  return b;
+}
+
 // 64-bit mix (splitmix64 finalizer): the random source for sampling and random-k, so the CPU and
 // the GPU draw the same positions from the same seed.
 OSPREY_HD uint64_t Mix64(uint64_t x) {

@@ -21,17 +21,9 @@ namespace {
 constexpr float kMaxHalf = 65504.0f;
 }  // namespace
 
-uint16_t HalfReference(float x) {
-  if (std::isfinite(x)) x = x > kMaxHalf ? kMaxHalf : x < -kMaxHalf ? -kMaxHalf : x;
-  return FloatToHalfBits(x);
-}
+uint16_t HalfReference(float x) { return SaturatingHalfBits(x); }
 
-uint16_t Bf16Reference(float x) {
-  uint16_t b = FloatToBf16Bits(x);
-  // Rounding up past the largest finite bf16 gives infinity; keep the sign, saturate.
-  if ((b & 0x7FFFu) == 0x7F80u && std::isfinite(x)) b = static_cast<uint16_t>((b & 0x8000u) | 0x7F7Fu);
-  return b;
-}
+uint16_t Bf16Reference(float x) { return SaturatingBf16Bits(x); }
 
 void CastHalfPortable(const float* src, size_t n, uint16_t* dst) {
   for (size_t i = 0; i < n; ++i) dst[i] = HalfReference(src[i]);

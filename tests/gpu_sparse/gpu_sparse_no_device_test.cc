@@ -55,6 +55,8 @@ TEST(GpuSparseNoDeviceTest, GatherScatterFailWithFailedPrecondition) {
     ExpectNoDevice(GatherRows(m.table.data(), m.slots.data(), 4, dim, m.out.data(), nullptr));
     ExpectNoDevice(ScatterRows(m.out.data(), m.slots.data(), 4, dim, m.table.data(), nullptr));
   }
+  ExpectNoDevice(CastRowValues(m.out.data(), 4, codec::ValueType::kBf16,
+                               reinterpret_cast<uint16_t*>(m.table.data()), nullptr));
 }
 
 TEST(GpuSparseNoDeviceTest, ArgumentErrorsComeFirst) {
@@ -66,6 +68,9 @@ TEST(GpuSparseNoDeviceTest, ArgumentErrorsComeFirst) {
   EXPECT_EQ(gather.code(), StatusCode::kInvalidArgument) << gather.ToString();
   const Status scatter = ScatterRows(nullptr, m.slots.data(), 4, 16, m.table.data(), nullptr);
   EXPECT_EQ(scatter.code(), StatusCode::kInvalidArgument) << scatter.ToString();
+  const Status cast = CastRowValues(m.out.data(), 4, codec::ValueType::kFp32,
+                                    reinterpret_cast<uint16_t*>(m.table.data()), nullptr);
+  EXPECT_EQ(cast.code(), StatusCode::kInvalidArgument) << cast.ToString();
   // Nothing to do is fine anywhere.
   EXPECT_TRUE(GatherRows(nullptr, nullptr, 0, 16, nullptr, nullptr).ok());
 }

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/codec/row_cast.h"
 #include "common/placement.h"
 #include "tests/testing/cuda_buffers.h"
 #include "worker/cuda/codec_kernels.h"
@@ -399,6 +402,45 @@ TEST(GpuSparseRowsTest, ArgumentErrors) {
   };
   for (const Status& st : cases) EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The device's row cast is the host's bit for bit (codec::CastRowValues): every rounding tie and
+// special value of the formats, and a run of random magnitudes long enough for many blocks.
+TEST(GpuSparseRowCastTest, CastRowValuesMatchesTheHostCastBitForBit) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  std::vector<float> in = {0.0f, -0.0f, 1.0f, -1.5f, 65504.0f, 65519.0f, 65520.0f, -1e9f, 3.4e38f, -3.4e38f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
+                           6e-8f, 3e-8f, 1e-40f, 1.00390625f, 1.01171875f, 1.0009765625f, 3.3895314e38f};
+  data::Rng rng(7);
+  for (int i = 0; i < 300000; ++i) {
+    const double mag = std::ldexp(rng.NextUniform(), static_cast<int>(rng.NextU64() % 80) - 40);
+    in.push_back(static_cast<float>((rng.NextU64() & 1) ? mag : -mag));
+  }
+  const int64_t n = static_cast<int64_t>(in.size());
+  for (codec::ValueType type : {codec::ValueType::kBf16, codec::ValueType::kFp16}) {
+    std::vector<uint16_t> want(in.size());
+    codec::CastRowValues(in.data(), in.size(), type, reinterpret_cast<uint8_t*>(want.data()));
+    DeviceBuffer d_in = Upload(in), d_out = Poisoned(in.size() * sizeof(uint16_t));
+    ASSERT_TRUE(CastRowValues(d_in.as<float>(), n, type, d_out.as<uint16_t>(), nullptr).ok());
+    const std::vector<uint16_t> got = Download<uint16_t>(d_out.data(), in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << codec::ValueTypeName(type) << " of " << in[i] << " at " << i;
+    }
+  }
+}
+
+TEST(GpuSparseRowCastTest, ArgumentErrors) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  DeviceBuffer in = Upload(std::vector<float>{1.0f, 2.0f}), out = Poisoned(4);
+  const Status cases[] = {
+      CastRowValues(in.as<float>(), -1, codec::ValueType::kBf16, out.as<uint16_t>(), nullptr),
+      CastRowValues(in.as<float>(), 2, codec::ValueType::kFp32, out.as<uint16_t>(), nullptr),
+      CastRowValues(nullptr, 2, codec::ValueType::kBf16, out.as<uint16_t>(), nullptr),
+      CastRowValues(in.as<float>(), 2, codec::ValueType::kFp16, nullptr, nullptr),
+  };
+  for (const Status& st : cases) EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_TRUE(CastRowValues(nullptr, 0, codec::ValueType::kBf16, nullptr, nullptr).ok());
 }
 
 }  // namespace

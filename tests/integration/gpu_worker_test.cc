@@ -210,6 +210,21 @@ TEST(GpuWorkerTest, DataPoolAsLongAsTheRunIsTheFreshStream) {
   EXPECT_EQ(JsonNumber(pooled.json, "rows_pulled"), JsonNumber(fresh.json, "rows_pulled"));
 }
 
+// bf16 rows on the wire: the GPU worker casts its row gradients on the device, so half the bytes
+// cross to the host, with the bits the host's cast makes (cuda::CastRowValues ==
+// codec::CastRowValues, gpu_sparse_test): the job trains as with the cast on the host.
+TEST(GpuWorkerTest, Bf16RowsCastOnTheDeviceTrainLikeTheHostCast) {
+  const std::string rows = std::string(kBsp) + " --set tables.0.codec.type=bf16 --set tables.0.pull_codec=bf16";
+  Launch device = LaunchJob("gpu-rows-device", rows + " --set worker.device=cuda");
+  SKIP_WITHOUT_GPU(device);
+  Launch host = LaunchJob("gpu-rows-host", rows + " --set worker.device=cuda --set worker.encode_on=host");
+  ASSERT_EQ(host.rc, 0) << host.output << host.worker0;
+  EXPECT_NE(device.worker0.find("row gradients cast to bf16 on the device"), std::string::npos) << device.worker0;
+  EXPECT_EQ(host.worker0.find("row gradients cast"), std::string::npos) << host.worker0;
+  EXPECT_NEAR(JsonNumber(device.json, "auc"), JsonNumber(host.json, "auc"), 0.002) << device.json << host.json;
+  EXPECT_GT(JsonNumber(device.json, "auc"), 0.9 * JsonNumber(device.json, "oracle_auc")) << device.json;
+}
+
 // bf16 MLP products (fp32 accumulation, fp32 master weights on the servers) must train as well as
 // tf32 on the planted data.
 TEST(GpuWorkerTest, Bf16MlpsTrainLikeTf32) {

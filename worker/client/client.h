@@ -151,6 +151,13 @@ class Client {
   // and rows go as slices of `keys` and `rows`, without a copy.
   Ticket PushByServer(uint32_t table, const Buffer& keys, const Buffer& rows, const int32_t* counts,
                       int64_t clock = 0, uint64_t version = 0);
+  // A push whose rows the caller already cast to `type` (kFp16 or kBf16, the bits of
+  // codec::CastRowValues, e.g. cuda::CastRowValues on a GPU): rows[i*dim ..) are keys[i]'s
+  // gradient as 16-bit values. Sent as the fp16 / bf16 row frames a row-cast encoder makes (the
+  // server widens them), bypassing the table's encoder; one message per server, grouped by
+  // `counts` as PushByServer when not null, else routed as Push. InvalidArgument for another type.
+  Ticket PushCastRows(uint32_t table, const uint64_t* keys, size_t n, const uint16_t* rows, codec::ValueType type,
+                      const int32_t* counts, int64_t clock = 0, uint64_t version = 0);
 
   // Any dense call (see DenseCall). InvalidArgument for a sparse or unknown table, a server mask
   // of the wrong length, a Buffer of the wrong size, or a missing input / output.

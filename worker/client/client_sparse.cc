@@ -1,5 +1,6 @@
 // The sparse calls of Client: Pull, PullByServer, Push and PushByServer (raw pointers or Buffers), all cut by
-// server by the one KeyRouter and encoded by the table's PushEncoder.
+// server by the one KeyRouter and encoded by the table's PushEncoder; PushCastRows for rows cast by the caller.
+#include <cstring>
 #include <utility>
 
 #include "common/codec/encoded.h"
@@ -99,6 +100,43 @@ Ticket Client::Push(uint32_t table, const uint64_t* keys, size_t n, const float*
 Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, const float* grads,
                             const int32_t* counts, int64_t clock, uint64_t version) {
   return SendSparsePush({table, keys, n, grads, counts, nullptr, nullptr, clock, version});
+}
+
+Ticket Client::PushCastRows(uint32_t table, const uint64_t* keys, size_t n, const uint16_t* rows, codec::ValueType type,
+                            const int32_t* counts, int64_t clock, uint64_t version) {
+  Status bad = CheckTable(table, /*sparse=*/true);
+  if (bad.ok() && type != codec::ValueType::kFp16 && type != codec::ValueType::kBf16) {
+    bad = InvalidArgument("push of cast rows to table '" + map_.tables(table).name() + "': rows are fp16 or bf16, not " +
+                          codec::ValueTypeName(type));
+  }
+  StatusOr<std::vector<KeySlice>> slices = std::vector<KeySlice>();
+  if (bad.ok() && counts != nullptr) {
+    slices = router_.Grouped(keys, n, counts, /*key_buffer=*/nullptr, map_.tables(table).name());
+    bad = slices.status();
+  }
+  Ticket ticket = requests_.Open(proto::OP_PUSH_SPARSE, table, bad);
+  if (!bad.ok() || n == 0) return ticket;
+  if (counts == nullptr) slices = router_.Route(table, keys, n, /*key_buffer=*/nullptr);
+  const size_t dim = map_.tables(table).dim();
+  for (KeySlice& slice : *slices) {
+    proto::Header h;
+    h.set_op(proto::OP_PUSH_SPARSE);
+    h.set_table(table);
+    h.set_clock(clock);
+    h.set_version(version);
+    h.set_codec(type == codec::ValueType::kBf16 ? proto::CODEC_BF16 : proto::CODEC_FP16);
+    h.set_codec_count(slice.count * dim);
+    h.set_codec_value_type(static_cast<uint32_t>(type));
+    Buffer values = Buffer::Allocate(slice.count * dim * sizeof(uint16_t));
+    uint16_t* out = reinterpret_cast<uint16_t*>(values.mutable_data());
+    if (const uint32_t* at = slice.position_data(); at != nullptr) {  // partitioned: gather the rows
+      for (size_t i = 0; i < slice.count; ++i) std::memcpy(out + i * dim, rows + size_t{at[i]} * dim, dim * 2);
+    } else {
+      std::memcpy(out, rows + slice.first * dim, slice.count * dim * sizeof(uint16_t));
+    }
+    Send(ticket, slice.server, std::move(h), std::move(slice.keys), std::move(values), 0, nullptr);
+  }
+  return ticket;
 }
 
 Status Client::CheckPushBuffers(uint32_t table, const Buffer& keys, const Buffer& rows) const {

@@ -95,6 +95,10 @@ StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuMo
                            " (use encode_on auto or host)");
   }
   o.encode_on_device = job.worker.encode_on != "host" && why.empty();
+  if (job.worker.encode_on != "host") {
+    if (sparse.codec.type == "bf16") o.row_cast = codec::ValueType::kBf16;
+    if (sparse.codec.type == "fp16") o.row_cast = codec::ValueType::kFp16;
+  }
   o.encode_why = o.encode_on_device ? "exact top-k of granularity " + dense.codec.granularity + ", residual on the device"
                  : job.worker.encode_on == "host" ? "worker.encode_on = host" : why;
   return o;

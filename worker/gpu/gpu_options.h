@@ -29,6 +29,9 @@
 //              one the device path encodes exactly as the host (DeviceEncodeUnsupported ""); host,
 //              or auto with codec none or another codec: on the host. device with such a codec:
 //              InvalidArgument naming worker.encode_on and why.
+//   rows       row_cast: the sparse table's codec fp16 / bf16 (its rows go as 16-bit values), unless
+//              worker.encode_on = host: the backward's row gradients are cast on the device and
+//              cross to the host in 16 bits (Client::PushCastRows); kFp32 otherwise.
 //   buckets    dense_bucket_bytes rounded down to whole chunks of the dense table (at least one
 //              chunk); a dense table without chunks (chunk_floats 0) is one chunk.
 //
@@ -40,6 +43,7 @@
 #include <string>
 
 #include "common/codec/codec_config.h"
+#include "common/codec/encoded.h"  // codec::ValueType
 #include "job/job_config.h"
 #include "common/status.h"
 #include "worker/cache/row_cache.h"
@@ -78,6 +82,7 @@ struct GpuOptions {
   BatchReaderOptions reader;
   bool encode_on_device = false;  // the dense table's codec runs on the device (device_encoder.h)
   std::string encode_why;         // for the log line: why it runs where it runs
+  codec::ValueType row_cast = codec::ValueType::kFp32;  // kFp16 / kBf16: rows cast on the device
 };
 
 // "" when the GPU worker's device path (worker/gpu/device_encoder.h) encodes `config` exactly as

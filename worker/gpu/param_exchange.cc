@@ -73,6 +73,12 @@ void ParamExchange::PushRows(int64_t step, const uint64_t* keys, size_t n, const
                               : client_->Push(sparse_table_, keys, n, grads, step, version));
 }
 
+void ParamExchange::PushCastRows(int64_t step, const uint64_t* keys, size_t n, const uint16_t* rows,
+                                 codec::ValueType type, const int32_t* server_counts, uint64_t version) {
+  step_tickets_.push_back(client_->PushCastRows(sparse_table_, keys, n, rows, type,
+                                                num_servers_ > 1 ? server_counts : nullptr, step, version));
+}
+
 void ParamExchange::PushDense(int64_t step, const float* grads, uint64_t version, const std::vector<bool>& servers) {
   step_tickets_.push_back(client_->PushDense(dense_table_, grads, step, version, servers));
 }

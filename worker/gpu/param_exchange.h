@@ -78,6 +78,9 @@ class ParamExchange {
   // chunks of the servers marked in `servers`, from grads (the whole dense vector).
   void PushRows(int64_t step, const uint64_t* keys, size_t n, const float* grads, const int32_t* server_counts,
                 uint64_t version);
+  // PushRows with the rows already cast to `type` (fp16 / bf16) on the device.
+  void PushCastRows(int64_t step, const uint64_t* keys, size_t n, const uint16_t* rows, codec::ValueType type,
+                    const int32_t* server_counts, uint64_t version);
   void PushDense(int64_t step, const float* grads, uint64_t version, const std::vector<bool>& servers);
   // The same for server messages already encoded (the device path; Client::PushDenseEncoded).
   void PushDenseEncoded(int64_t step, const std::vector<EncodedDenseFrame>& frames, uint64_t version);

@@ -71,6 +71,7 @@ Status StepGradients::Allocate(const StepSizes& z, int num_stages) {
   const size_t row_floats = z.max_ids * z.dim;
   OSPREY_RETURN_IF_ERROR(AllocateDevice<float>(&d_rows, row_floats, "row gradients"));
   OSPREY_RETURN_IF_ERROR(AllocateDevice<float>(&d_dense, z.num_params, "dense gradient"));
+  if (z.row_cast) OSPREY_RETURN_IF_ERROR(AllocateDevice<uint16_t>(&d_rows_cast, row_floats, "16-bit row gradients"));
   OSPREY_RETURN_IF_ERROR(AllocatePinned<float>(&h_rows, row_floats, "row gradients"));
   OSPREY_RETURN_IF_ERROR(AllocatePinned<float>(&h_dense, z.num_params, "dense gradient"));
   events.resize(num_stages);

@@ -56,6 +56,7 @@ struct StepSizes {
   int dim = 0;               // floats per row
   size_t num_params = 0;     // dense parameters
   int num_servers = 1;
+  bool row_cast = false;     // the row gradients are cast to 16 bits on the device
 };
 
 struct StepInput {
@@ -124,7 +125,8 @@ struct StepGradients {
   Status Allocate(const StepSizes& sizes, int num_stages);
 
   cuda::DeviceBuffer d_rows, d_dense;  // float: max_ids x dim, num_params
-  cuda::PinnedBuffer h_rows, h_dense;
+  cuda::DeviceBuffer d_rows_cast;      // StepSizes::row_cast: u16, max_ids x dim
+  cuda::PinnedBuffer h_rows, h_dense;  // h_rows holds the u16 rows when they are cast
   std::vector<StageEvents> events;     // [num_stages]
 };
 

@@ -256,7 +256,14 @@ Status GpuTrainer::CommStep(int64_t step) {
     OSPREY_RETURN_IF_ERROR(board_->WaitPosted(StageBoard::kSignaled, step, i, &stage));
     StageEvents& ev = g.events[stage];
     OSPREY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_stream_, ev.signaled, 0));
-    if (stage == rows_stage()) {
+    if (stage == rows_stage() && opt_.row_cast != codec::ValueType::kFp32) {
+      // Cast on the device: half the bytes cross, and the pusher only slices them.
+      const int64_t values = static_cast<int64_t>(in->num_unique) * dim_;
+      OSPREY_RETURN_IF_ERROR(cuda::CastRowValues(g.d_rows.as<float>(), values, opt_.row_cast,
+                                                 g.d_rows_cast.as<uint16_t>(), comm_stream_));
+      OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(g.h_rows.data(), g.d_rows_cast.data(), values * sizeof(uint16_t),
+                                                  cudaMemcpyDeviceToHost, comm_stream_));
+    } else if (stage == rows_stage()) {
       OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(g.h_rows.data(), g.d_rows.data(),
                                                   static_cast<size_t>(in->num_unique) * dim_ * sizeof(float),
                                                   cudaMemcpyDeviceToHost, comm_stream_));
@@ -300,6 +307,11 @@ Status GpuTrainer::PushStep(int64_t step) {
     OSPREY_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(ev.done));
     // An IPC reduce that gave up on a peer left garbage in its bucket: it must not be pushed.
     if (host_group_) OSPREY_RETURN_IF_ERROR(host_group_->PollIpc());
+    if (stage == rows_stage() && opt_.row_cast != codec::ValueType::kFp32) {
+      exchange_.PushCastRows(step, in->h_unique.as<uint64_t>(), in->num_unique, g.h_rows.as<uint16_t>(),
+                             opt_.row_cast, in->h_server_counts.as<int32_t>(), in->sparse_version);
+      continue;
+    }
     if (stage == rows_stage()) {
       exchange_.PushRows(step, in->h_unique.as<uint64_t>(), in->num_unique, g.h_rows.as<float>(),
                          in->h_server_counts.as<int32_t>(), in->sparse_version);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/codec/codec_math.h"
 #include "worker/cuda/sparse/sparse_check.cuh"
 #include "worker/cuda/sparse/sparse_kernels.h"
 
@@ -63,7 +64,37 @@ Status CopyRows(const char* what, const void* src, const int32_t* d_slots, int n
   return LaunchCopy<float, kGather>(src, d_slots, n, dim, dst, s);
 }
 
+// The row casts of common/codec/row_cast.h, bit for bit (codec_math.h's saturating conversions).
+template <bool kBf16>
+__global__ void CastRowValuesKernel(const float* __restrict__ in, int64_t n, uint16_t* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = kBf16 ? codec::SaturatingBf16Bits(in[i]) : codec::SaturatingHalfBits(in[i]);
+  }
+}
+
 }  // namespace
+
+Status CastRowValues(const float* d_in, int64_t n, codec::ValueType type, uint16_t* d_out, void* stream) {
+  if (n < 0) return InvalidArgument("CastRowValues: n " + std::to_string(n) + " must be >= 0");
+  if (type != codec::ValueType::kFp16 && type != codec::ValueType::kBf16) {
+    return InvalidArgument("CastRowValues: rows are cast to fp16 or bf16, not " + codec::ValueTypeName(type));
+  }
+  if (n == 0) return Status();
+  if (d_in == nullptr || d_out == nullptr) {
+    return InvalidArgument("CastRowValues: null pointer with n " + std::to_string(n));
+  }
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  if (type == codec::ValueType::kBf16) {
+    CastRowValuesKernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(d_in, n, d_out);
+  } else {
+    CastRowValuesKernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(d_in, n, d_out);
+  }
+  OSPREY_SPARSE_RETURN_IF_LAUNCH_FAILED();
+  return Status();
+}
 
 Status GatherRows(const float* d_table, const int32_t* d_slots, int n, int dim, float* d_out, void* stream) {
   return CopyRows<true>("GatherRows", d_table, d_slots, n, dim, d_out, stream);

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/codec/encoded.h"  // codec::ValueType
 #include "common/status.h"
 
 namespace osprey::cuda {
@@ -67,6 +68,12 @@ Status GatherRows(const float* d_table, const int32_t* d_slots, int n, int dim, 
 // cache slots. Slots should be distinct; for a repeated slot one of its rows lands, which one is
 // unspecified. Same preconditions, vectorization and errors as GatherRows.
 Status ScatterRows(const float* d_in, const int32_t* d_slots, int n, int dim, float* d_table, void* stream);
+
+// d_out[i] = the fp16 or bf16 bits of d_in[i], i < n: the row gradients cast on the device, bit
+// for bit codec::CastRowValues (round to nearest even, NaN stays NaN, a finite value beyond the
+// format's range saturates). Errors (InvalidArgument): n < 0, a type other than kFp16 / kBf16, a
+// null pointer when n > 0. n == 0 does nothing.
+Status CastRowValues(const float* d_in, int64_t n, codec::ValueType type, uint16_t* d_out, void* stream);
 
 // Bytes of device workspace GroupKeysByServer needs for up to max_keys keys on the current device
 // (any num_servers); 0 when max_keys < 1 or no usable device is there.
