@@ -107,6 +107,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/codec/encoded.h"  // codec::ValueType
 #include "common/config/table_config.h"
 #include "common/status.h"
 #include "common/transport.h"
@@ -326,10 +327,12 @@ class TableShard {
   }
   // DC-ASGD: remembers the `n` keys' floats `values` just served to the pull `h`.
   void RecordPull(const proto::Header& h, const uint64_t* keys, size_t n, const float* values);
-  // Store::PullRows, spread over the apply pool when it is large and the store allows concurrent
-  // visits: each thread copies the rows of its range that exist; the keys without a row are then
-  // pulled (created, in key order, as one thread would) on this thread.
-  Status PullSparseRows(const uint64_t* keys, size_t n, float* out);
+  // The rows of keys[0, n) into out as `type` (n * dim values of codec::RowValueBytes(type)):
+  // fp32, or fp16 / bf16 with codec::CastRowValues' bits, cast as each row is read. Spread over
+  // the apply pool when it is large and the store allows concurrent visits: each thread writes the
+  // rows of its range that exist; the keys without a row are then pulled (created, in key order,
+  // as one thread would) on this thread.
+  Status PullSparseRowsAs(const uint64_t* keys, size_t n, codec::ValueType type, uint8_t* out);
 
   const uint32_t id_;
   const proto::TableSpec spec_;
@@ -342,7 +345,7 @@ class TableShard {
   Replier* const replier_;
   HoldBudget* budget_ = nullptr;
   ApplyPool* apply_pool_ = nullptr;
-  std::vector<uint8_t> pull_absent_;  // PullSparseRows: keys without a row, reused
+  std::vector<uint8_t> pull_absent_;  // PullSparseRowsAs: keys without a row, reused
   const bool row_ids_;      // sparse table on a store with row ids: windows merge by row id
   const bool ack_on_apply_;  // Store::acks_after_apply()
   const bool marks_;         // Store::persists_push_marks()

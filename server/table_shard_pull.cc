@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/codec/codec_math.h"
 #include "common/codec/row_cast.h"
 #include "server/table_shard.h"
 
@@ -87,6 +88,19 @@ Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::
   // Dense: a snapshot of the store's own block when the message covers consecutive chunks (a
   // client's whole route does), sent without copying; the store copies on its next write while
   // the reply is still in flight, so the chunks of this reply are never torn.
+  if (sparse() && h.codec() != proto::CODEC_NONE && !lifecycle_ && !dc_) {
+    // fp16 / bf16 rows (validated by the Server), cast as they are read: no fp32 copy in between.
+    const auto type = static_cast<codec::ValueType>(h.codec_value_type());
+    *values = Buffer::Allocate(floats * codec::RowValueBytes(type));
+    OSPREY_RETURN_IF_ERROR(PullSparseRowsAs(keys, n, type, values->mutable_data()));
+    reply->set_codec(h.codec());
+    reply->set_codec_value_type(h.codec_value_type());
+    reply->set_codec_count(floats);
+    reply->set_version(version_);
+    reply->set_num_keys(0);
+    reply->set_value_bytes(values->size());
+    return Status::OK();
+  }
   if (sparse() || !store_->PullChunksView(id_, keys, n, values) ||
       values->size() != floats * sizeof(float)) {
     *values = Buffer::Allocate(floats * sizeof(float));
@@ -94,7 +108,8 @@ Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::
     // Admission / eviction: missing rows are served from the initializer, not created.
     OSPREY_RETURN_IF_ERROR(!sparse()    ? store_->PullChunks(id_, keys, n, out)
                            : lifecycle_ ? lifecycle_->Pull(keys, n, out)
-                                        : PullSparseRows(keys, n, out));
+                                        : PullSparseRowsAs(keys, n, codec::ValueType::kFp32,
+                                                           reinterpret_cast<uint8_t*>(out)));
   }
   RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
   if (sparse() && h.codec() != proto::CODEC_NONE) {  // validated by the Server: fp16 / bf16 rows
@@ -112,30 +127,59 @@ Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::
   return Status::OK();
 }
 
-Status TableShard::PullSparseRows(const uint64_t* keys, size_t n, float* out) {
+namespace {
+
+// One row of `dim` floats written as `type` at out: copied, or cast with codec::CastRowValues' bits.
+inline void PutRow(const float* row, size_t dim, codec::ValueType type, uint8_t* out) {
+  if (type == codec::ValueType::kFp32) {
+    std::memcpy(out, row, dim * sizeof(float));
+  } else if (type == codec::ValueType::kBf16) {
+    uint16_t* o = reinterpret_cast<uint16_t*>(out);
+    for (size_t k = 0; k < dim; ++k) o[k] = codec::SaturatingBf16Bits(row[k]);
+  } else {
+    codec::CastRowValues(row, dim, type, out);
+  }
+}
+
+}  // namespace
+
+Status TableShard::PullSparseRowsAs(const uint64_t* keys, size_t n, codec::ValueType type, uint8_t* out) {
   const size_t dim = spec_.dim();
+  const size_t row_bytes = dim * codec::RowValueBytes(type);
+  if (!store_->concurrent_row_visits(id_)) {  // e.g. the Redis store: its batched pull, then the cast
+    if (type == codec::ValueType::kFp32) return store_->PullRows(id_, keys, n, reinterpret_cast<float*>(out));
+    std::vector<float> rows(n * dim);
+    OSPREY_RETURN_IF_ERROR(store_->PullRows(id_, keys, n, rows.data()));
+    codec::CastRowValues(rows.data(), rows.size(), type, out);
+    return Status::OK();
+  }
   // A thread is worth its wake-up from about 64k floats of rows on (pulls only copy).
   constexpr size_t kMinFloatsPerRange = size_t{1} << 16;
   const size_t grain = ApplyPool::RowGrain(kMinFloatsPerRange, dim);
-  if (apply_pool_ == nullptr || apply_pool_->Ranges(n, grain) < 2 ||
-      !store_->concurrent_row_visits(id_)) {
-    return store_->PullRows(id_, keys, n, out);
+  const bool split = apply_pool_ != nullptr && apply_pool_->Ranges(n, grain) >= 2;
+  // fp32 on one thread: the table's own pull (reads and creates in one pass).
+  if (!split && type == codec::ValueType::kFp32) {
+    return store_->PullRows(id_, keys, n, reinterpret_cast<float*>(out));
   }
+  // Rows that exist are read (and cast) where they lie, in ranges over the pool when it is worth
+  // it; keys without a row are created afterwards on this thread in key order, so row ids and
+  // initial values are those of one thread's pull.
   std::vector<uint8_t>& absent = pull_absent_;
   absent.assign(n, 0);
-  OSPREY_RETURN_IF_ERROR(apply_pool_->Run(n, grain, [&](size_t begin, size_t end) {
+  auto visit = [&](size_t begin, size_t end) {
     return store_->VisitRows(id_, keys + begin, end - begin, RowAccess::kRead, [&](const RowBlock& b) {
       for (size_t j = 0; j < b.n; ++j) {
         const size_t i = begin + b.begin + j;
         if (b.rows[j] == nullptr) {
           absent[i] = 1;
         } else {
-          std::memcpy(out + i * dim, b.rows[j], dim * sizeof(float));
+          PutRow(b.rows[j], dim, type, out + i * row_bytes);
         }
       }
       return Status::OK();
     });
-  }));
+  };
+  OSPREY_RETURN_IF_ERROR(split ? apply_pool_->Run(n, grain, visit) : visit(0, n));
   std::vector<uint64_t> missing;
   std::vector<size_t> at;
   for (size_t i = 0; i < n; ++i) {
@@ -146,9 +190,7 @@ Status TableShard::PullSparseRows(const uint64_t* keys, size_t n, float* out) {
   if (missing.empty()) return Status::OK();
   std::vector<float> rows(missing.size() * dim);
   OSPREY_RETURN_IF_ERROR(store_->PullRows(id_, missing.data(), missing.size(), rows.data()));
-  for (size_t m = 0; m < missing.size(); ++m) {
-    std::memcpy(out + at[m] * dim, rows.data() + m * dim, dim * sizeof(float));
-  }
+  for (size_t m = 0; m < missing.size(); ++m) PutRow(rows.data() + m * dim, dim, type, out + at[m] * row_bytes);
   return Status::OK();
 }
 

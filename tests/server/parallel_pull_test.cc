@@ -1,7 +1,8 @@
 // Large sparse pulls served over the server's apply pool (cluster.server_apply_threads,
 // TableShard::PullSparseRows) answer with the bits one thread sends, and create the rows of
 // unseen keys in the order one thread does (same row ids, same initial values): pulls of keys
-// with and without rows, duplicates, and the same table pushed to afterwards.
+// with and without rows, duplicates, and the same table pushed to afterwards; rows asked for in
+// 16 bits are cast as they are read, with the host cast's bits.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/codec/row_cast.h"
 #include "server/apply_pool.h"
 #include "server/native_store.h"
 #include "server/table_shard.h"
@@ -42,16 +44,27 @@ class PulledShard {
   }
 
   std::vector<float> Pull(const std::vector<uint64_t>& keys) {
+    const Buffer v = PullAs(keys, codec::ValueType::kFp32);
+    return std::vector<float>(v.as<float>(), v.as<float>() + v.count<float>());
+  }
+
+  // The reply's values frame of a pull asking for rows as `type` (fp16 / bf16: the pull codec).
+  Buffer PullAs(const std::vector<uint64_t>& keys, codec::ValueType type) {
     proto::Header h;
     h.set_op(proto::OP_PULL_SPARSE);
     h.set_num_keys(keys.size());
+    if (type != codec::ValueType::kFp32) {
+      h.set_codec(type == codec::ValueType::kBf16 ? proto::CODEC_BF16 : proto::CODEC_FP16);
+      h.set_codec_value_type(static_cast<uint32_t>(type));
+      h.set_codec_count(keys.size() * kDim);
+    }
     Message m;
     m.keys = Buffer::Copy(keys.data(), keys.size() * sizeof(uint64_t));
     EXPECT_TRUE(shard_->Pull(h, m, 0).ok());
     auto sent = replier_.sent();
     EXPECT_EQ(sent.back().header.op(), proto::OP_REPLY) << sent.back().header.error();
-    const Buffer& v = sent.back().values;
-    return std::vector<float>(v.as<float>(), v.as<float>() + v.count<float>());
+    EXPECT_EQ(sent.back().header.codec(), h.codec());
+    return sent.back().values;
   }
 
   void Push(const std::vector<uint64_t>& keys, float g) {
@@ -120,6 +133,29 @@ TEST(ParallelPullTest, PoolPullsServeAndCreateRowsAsOneThreadDoes) {
   for (const auto& [key, rec] : a) {
     ASSERT_EQ(b.count(key), 1u) << key;
     ASSERT_EQ(0, std::memcmp(rec.data(), b.at(key).data(), rec.size() * sizeof(float))) << key;
+  }
+}
+
+// Rows asked for in 16 bits are cast as they are read (no fp32 copy in between): the bits of the
+// host cast of the fp32 rows, on one thread and over the pool, for rows that exist and new ones.
+TEST(ParallelPullTest, RowsPulledAs16BitsAreTheCastOfTheFp32Rows) {
+  ApplyPool pool(3);
+  for (codec::ValueType type : {codec::ValueType::kBf16, codec::ValueType::kFp16}) {
+    PulledShard one(nullptr), three(&pool);
+    const std::vector<uint64_t> seen = RandomKeys(60000, 80000, 3);
+    one.Push(seen, 0.5f);  // rows of these exist (created by the push) and moved
+    three.Push(seen, 0.5f);
+    for (const std::vector<uint64_t>& keys : {RandomKeys(60000, 160000, 4), RandomKeys(100, 160000, 5)}) {
+      const Buffer a = one.PullAs(keys, type), b = three.PullAs(keys, type);
+      const std::vector<float> fp32 = one.Pull(keys);  // the new rows exist now, same values
+      std::vector<uint16_t> want(fp32.size());
+      codec::CastRowValues(fp32.data(), fp32.size(), type, reinterpret_cast<uint8_t*>(want.data()));
+      ASSERT_EQ(a.size(), want.size() * sizeof(uint16_t));
+      ASSERT_EQ(b.size(), a.size());
+      EXPECT_EQ(0, std::memcmp(a.data(), want.data(), a.size())) << codec::ValueTypeName(type) << " one thread";
+      EXPECT_EQ(0, std::memcmp(b.data(), want.data(), b.size())) << codec::ValueTypeName(type) << " three threads";
+      EXPECT_EQ(one.Ids(keys), three.Ids(keys)) << "rows created in another order";
+    }
   }
 }
 
