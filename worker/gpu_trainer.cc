@@ -173,6 +173,9 @@ Status GpuTrainer::InitData() {
   if (opt_.row_cast != codec::ValueType::kFp32) {
     OSPREY_LOG_INFO("worker {}: row gradients cast to {} on the device", rank_, codec::ValueTypeName(opt_.row_cast));
   }
+  if (opt_.row_widen != codec::ValueType::kFp32) {
+    OSPREY_LOG_INFO("worker {}: pulled rows widened from {} on the device", rank_, codec::ValueTypeName(opt_.row_widen));
+  }
   reader_ = std::make_unique<BatchReader>(job_, rank_, num_workers_, opt_.reader);
   if (opt_.reader.pool > 0) OSPREY_RETURN_IF_ERROR(reader_->Start());  // made outside the training time
   std::vector<float> init(num_params_);

@@ -2,6 +2,7 @@
 // the device) land exactly as the same fp32 rows pushed through the table's row-cast encoder, over
 // three in-process servers, with the keys grouped by owner (counts) or routed by the client; a
 // wrong value type or counts that do not add up fail the ticket and send nothing.
+// Client::PullCastRows: the other way, the servers' 16-bit rows left unwidened.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -106,6 +107,33 @@ TEST(CastRowsPushTest, CastRowsLandAsTheEncodersCastOfTheSameRows) {
                 3u);
     }
   }
+}
+
+// PullCastRows: the rows as the servers cast them (the host cast of the fp32 rows), left in 16
+// bits for the caller to widen, grouped or routed; the table's own pull codec plays no part.
+TEST(CastRowsPushTest, PullCastRowsDeliversTheServersCastUnwidened) {
+  for (codec::ValueType type : {codec::ValueType::kBf16, codec::ValueType::kFp16}) {
+    for (bool grouped : {true, false}) {
+      std::vector<uint64_t> keys = Keys(1500);
+      std::vector<float> unused = Grads(keys.size() * kDim);
+      std::vector<int32_t> counts;
+      if (grouped) GroupByOwner(&keys, &unused, &counts);
+      Side side;
+      const std::vector<float> fp32 = side.Pull(keys);
+      std::vector<uint16_t> got(fp32.size(), 0xFFFF);
+      ASSERT_TRUE(side.client->Wait(side.client->PullCastRows(0, keys.data(), keys.size(), got.data(), type,
+                                                              grouped ? counts.data() : nullptr))
+                      .ok());
+      EXPECT_EQ(got, Cast(fp32, type)) << codec::ValueTypeName(type) << (grouped ? " grouped" : " routed");
+    }
+  }
+  Side side;
+  const std::vector<uint64_t> keys = Keys(4);
+  std::vector<uint16_t> out(keys.size() * kDim);
+  const Status st = side.client->Wait(
+      side.client->PullCastRows(0, keys.data(), keys.size(), out.data(), codec::ValueType::kFp32, nullptr));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("fp16 or bf16, not fp32"), std::string::npos) << st.ToString();
 }
 
 TEST(CastRowsPushTest, BadTypeOrCountsFailTheTicketAndSendNothing) {

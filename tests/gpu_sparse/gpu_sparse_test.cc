@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -430,6 +431,41 @@ TEST(GpuSparseRowCastTest, CastRowValuesMatchesTheHostCastBitForBit) {
   }
 }
 
+// Pulled 16-bit rows widened into their cache slots: the host's WidenRowValues then ScatterRows,
+// bit for bit, for rows made by the host cast (as a server sends them).
+TEST(GpuSparseRowCastTest, ScatterRowsWidenMatchesTheHostWidenAndScatter) {
+  OSPREY_SPARSE_REQUIRE_GPU();
+  for (codec::ValueType type : {codec::ValueType::kBf16, codec::ValueType::kFp16}) {
+    for (int dim : {1, 3, 16}) {
+      const int n = 5000, table_rows = 9000;
+      data::Rng rng(11 + dim);
+      std::vector<float> src(static_cast<size_t>(n) * dim);
+      for (float& v : src) v = static_cast<float>(rng.NextNormal() * 0.05);
+      src[0] = 70000.0f;  // saturates in fp16
+      std::vector<uint16_t> rows(src.size());
+      codec::CastRowValues(src.data(), src.size(), type, reinterpret_cast<uint8_t*>(rows.data()));
+      std::vector<int32_t> slots(n);
+      std::vector<int32_t> all(table_rows);
+      for (int i = 0; i < table_rows; ++i) all[i] = i;
+      for (int i = 0; i < n; ++i) std::swap(all[i], all[i + rng.NextU64() % (table_rows - i)]);
+      for (int i = 0; i < n; ++i) slots[i] = all[i];  // distinct slots
+      std::vector<float> want(static_cast<size_t>(table_rows) * dim, -1.0f), widened(src.size());
+      codec::WidenRowValues(reinterpret_cast<const uint8_t*>(rows.data()), rows.size(), type, widened.data());
+      for (int i = 0; i < n; ++i) {
+        std::copy(widened.begin() + static_cast<size_t>(i) * dim, widened.begin() + static_cast<size_t>(i + 1) * dim,
+                  want.begin() + static_cast<size_t>(slots[i]) * dim);
+      }
+      DeviceBuffer d_rows = Upload(rows), d_slots = Upload(slots), d_table = Upload(std::vector<float>(want.size(), -1.0f));
+      ASSERT_TRUE(ScatterRowsWiden(d_rows.as<uint16_t>(), type, d_slots.as<int32_t>(), n, dim, d_table.as<float>(),
+                                   nullptr)
+                      .ok());
+      const std::vector<float> got = Download<float>(d_table.data(), want.size());
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+          << codec::ValueTypeName(type) << " dim " << dim;
+    }
+  }
+}
+
 TEST(GpuSparseRowCastTest, ArgumentErrors) {
   OSPREY_SPARSE_REQUIRE_GPU();
   DeviceBuffer in = Upload(std::vector<float>{1.0f, 2.0f}), out = Poisoned(4);
@@ -441,6 +477,17 @@ TEST(GpuSparseRowCastTest, ArgumentErrors) {
   };
   for (const Status& st : cases) EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_TRUE(CastRowValues(nullptr, 0, codec::ValueType::kBf16, nullptr, nullptr).ok());
+  DeviceBuffer slots = Upload(std::vector<int32_t>{0, 1}), table = Poisoned(64);
+  const uint16_t* R = reinterpret_cast<const uint16_t*>(out.as<uint16_t>());
+  const Status widen[] = {
+      ScatterRowsWiden(R, codec::ValueType::kBf16, slots.as<int32_t>(), -1, 1, table.as<float>(), nullptr),
+      ScatterRowsWiden(R, codec::ValueType::kBf16, slots.as<int32_t>(), 2, 0, table.as<float>(), nullptr),
+      ScatterRowsWiden(R, codec::ValueType::kFp32, slots.as<int32_t>(), 2, 1, table.as<float>(), nullptr),
+      ScatterRowsWiden(nullptr, codec::ValueType::kFp16, slots.as<int32_t>(), 2, 1, table.as<float>(), nullptr),
+      ScatterRowsWiden(R, codec::ValueType::kFp16, nullptr, 2, 1, table.as<float>(), nullptr),
+      ScatterRowsWiden(R, codec::ValueType::kFp16, slots.as<int32_t>(), 2, 1, nullptr, nullptr),
+  };
+  for (const Status& st : widen) EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
 }
 
 }  // namespace

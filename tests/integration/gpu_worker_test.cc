@@ -210,9 +210,10 @@ TEST(GpuWorkerTest, DataPoolAsLongAsTheRunIsTheFreshStream) {
   EXPECT_EQ(JsonNumber(pooled.json, "rows_pulled"), JsonNumber(fresh.json, "rows_pulled"));
 }
 
-// bf16 rows on the wire: the GPU worker casts its row gradients on the device, so half the bytes
-// cross to the host, with the bits the host's cast makes (cuda::CastRowValues ==
-// codec::CastRowValues, gpu_sparse_test): the job trains as with the cast on the host.
+// bf16 rows on the wire: the GPU worker casts its row gradients on the device and widens the
+// pulled rows there, so half the bytes cross PCIe either way, with the bits the host makes
+// (cuda::CastRowValues / ScatterRowsWiden against codec::CastRowValues / WidenRowValues,
+// gpu_sparse_test): the job trains as with the casts on the host.
 TEST(GpuWorkerTest, Bf16RowsCastOnTheDeviceTrainLikeTheHostCast) {
   const std::string rows = std::string(kBsp) + " --set tables.0.codec.type=bf16 --set tables.0.pull_codec=bf16";
   Launch device = LaunchJob("gpu-rows-device", rows + " --set worker.device=cuda");
@@ -220,7 +221,9 @@ TEST(GpuWorkerTest, Bf16RowsCastOnTheDeviceTrainLikeTheHostCast) {
   Launch host = LaunchJob("gpu-rows-host", rows + " --set worker.device=cuda --set worker.encode_on=host");
   ASSERT_EQ(host.rc, 0) << host.output << host.worker0;
   EXPECT_NE(device.worker0.find("row gradients cast to bf16 on the device"), std::string::npos) << device.worker0;
+  EXPECT_NE(device.worker0.find("pulled rows widened from bf16 on the device"), std::string::npos) << device.worker0;
   EXPECT_EQ(host.worker0.find("row gradients cast"), std::string::npos) << host.worker0;
+  EXPECT_EQ(host.worker0.find("pulled rows widened"), std::string::npos) << host.worker0;
   EXPECT_NEAR(JsonNumber(device.json, "auc"), JsonNumber(host.json, "auc"), 0.002) << device.json << host.json;
   EXPECT_GT(JsonNumber(device.json, "auc"), 0.9 * JsonNumber(device.json, "oracle_auc")) << device.json;
 }

@@ -151,6 +151,12 @@ class Client {
   // and rows go as slices of `keys` and `rows`, without a copy.
   Ticket PushByServer(uint32_t table, const Buffer& keys, const Buffer& rows, const int32_t* counts,
                       int64_t clock = 0, uint64_t version = 0);
+  // Rows asked for as `type` (kFp16 / kBf16, whatever the table's pull codec) and delivered as
+  // they came, 16-bit values into out[i*dim ..) for keys[i], for a caller that widens them itself
+  // (a GPU worker, on the device: cuda::ScatterRowsWiden). Keys as Pull, or grouped by owner as
+  // PullByServer when `counts` is not null. InvalidArgument for another type.
+  Ticket PullCastRows(uint32_t table, const uint64_t* keys, size_t n, uint16_t* out, codec::ValueType type,
+                      const int32_t* counts, int64_t clock = 0);
   // A push whose rows the caller already cast to `type` (kFp16 or kBf16, the bits of
   // codec::CastRowValues, e.g. cuda::CastRowValues on a GPU): rows[i*dim ..) are keys[i]'s
   // gradient as 16-bit values. Sent as the fp16 / bf16 row frames a row-cast encoder makes (the
@@ -261,8 +267,10 @@ class Client {
 
   Ticket SendSparsePush(const SparsePush& push);
   // Pull and PullByServer: counts null routes the keys by hash.
-  Ticket SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, float* out, const int32_t* counts,
-                        int64_t clock);
+  // Pull and PullByServer (raw kFp32: rows widened to fp32 into `out`, a float array) and
+  // PullCastRows (raw kFp16 / kBf16: asked for as that type and copied into `out` as they came).
+  Ticket SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, void* out, const int32_t* counts,
+                        int64_t clock, codec::ValueType raw = codec::ValueType::kFp32);
   // Checks a zero-copy push's Buffers against the table (keys whole u64, rows n * dim floats).
   Status CheckPushBuffers(uint32_t table, const Buffer& keys, const Buffer& rows) const;
   Status CheckDenseCall(const DenseCall& call) const;

@@ -21,29 +21,42 @@ codec::ValueType RowType(proto::Codec codec) {
 
 // Widens one server's pulled rows into the caller's array: row i of the reply goes to the call's
 // row positions[i], or, without positions, to row first + i.
+// Rows of one reply (as `type`) into the caller's array: widened to fp32 (out is float), or, with
+// `raw`, copied as they came (out holds `type` values: PullCastRows).
 class PulledRowsSink final : public ReplySink {
  public:
-  PulledRowsSink(float* out, const KeySlice& slice, size_t dim, codec::ValueType type)
-      : out_(out), positions_(slice.positions), first_(slice.first), dim_(dim), type_(type) {}
+  PulledRowsSink(void* out, const KeySlice& slice, size_t dim, codec::ValueType type, bool raw)
+      : out_(static_cast<uint8_t*>(out)), positions_(slice.positions), first_(slice.first), dim_(dim), type_(type),
+        raw_(raw), out_row_bytes_(dim * (raw ? codec::RowValueBytes(type) : sizeof(float))) {}
 
   void Deliver(Buffer reply) override {
     const uint8_t* src = reply.data();
-    if (positions_.empty()) {  // in call order: one bulk widen
-      codec::WidenRowValues(src, reply.size() / codec::RowValueBytes(type_), type_, out_ + first_ * dim_);
+    if (positions_.empty()) {  // in call order: one bulk widen or copy
+      Put(src, reply.size() / codec::RowValueBytes(type_), out_ + first_ * out_row_bytes_);
       return;
     }
     const size_t row_bytes = dim_ * codec::RowValueBytes(type_);
     const uint32_t* pos = positions_.as<uint32_t>();
     for (size_t i = 0, n = positions_.count<uint32_t>(); i < n; ++i, src += row_bytes) {
-      codec::WidenRowValues(src, dim_, type_, out_ + size_t{pos[i]} * dim_);
+      Put(src, dim_, out_ + size_t{pos[i]} * out_row_bytes_);
     }
   }
 
  private:
-  float* const out_;
+  void Put(const uint8_t* src, size_t values, uint8_t* dst) const {
+    if (raw_) {
+      std::memcpy(dst, src, values * codec::RowValueBytes(type_));
+    } else {
+      codec::WidenRowValues(src, values, type_, reinterpret_cast<float*>(dst));
+    }
+  }
+
+  uint8_t* const out_;
   const Buffer positions_;
   const size_t first_, dim_;
   const codec::ValueType type_;
+  const bool raw_;
+  const size_t out_row_bytes_;
 };
 
 }  // namespace
@@ -57,9 +70,25 @@ Ticket Client::PullByServer(uint32_t table, const uint64_t* keys, size_t n, floa
   return SendSparsePull(table, keys, n, out, counts, clock);
 }
 
-Ticket Client::SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, float* out, const int32_t* counts,
-                              int64_t clock) {
+Ticket Client::PullCastRows(uint32_t table, const uint64_t* keys, size_t n, uint16_t* out, codec::ValueType type,
+                            const int32_t* counts, int64_t clock) {
+  if (type != codec::ValueType::kFp16 && type != codec::ValueType::kBf16) {
+    const std::string name = table < static_cast<uint32_t>(map_.tables_size()) ? map_.tables(table).name()
+                                                                               : std::to_string(table);
+    return requests_.Open(proto::OP_PULL_SPARSE, table,
+                          InvalidArgument("pull of cast rows from table '" + name + "': rows are fp16 or bf16, not " +
+                                          codec::ValueTypeName(type)));
+  }
+  return SendSparsePull(table, keys, n, out, counts, clock, type);
+}
+
+Ticket Client::SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, void* out, const int32_t* counts,
+                              int64_t clock, codec::ValueType raw) {
   Status bad = CheckTable(table, /*sparse=*/true);
+  if (bad.ok() && out == nullptr && n > 0) {
+    bad = InvalidArgument("pull of " + std::to_string(n) + " keys from table '" + map_.tables(table).name() +
+                          "' into a null array");
+  }
   StatusOr<std::vector<KeySlice>> slices = std::vector<KeySlice>();
   if (bad.ok() && counts != nullptr) {
     slices = router_.Grouped(keys, n, counts, /*key_buffer=*/nullptr, map_.tables(table).name(), "pull");
@@ -74,6 +103,8 @@ Ticket Client::SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, fl
     MutexLock lock(&codec_mu_);
     pull_codec = pull_codecs_[table];
   }
+  const bool keep_raw = raw != codec::ValueType::kFp32;  // PullCastRows: the caller widens
+  if (keep_raw) pull_codec = raw == codec::ValueType::kBf16 ? proto::CODEC_BF16 : proto::CODEC_FP16;
   const codec::ValueType reply_type = RowType(pull_codec);
   const size_t row_bytes = dim * codec::RowValueBytes(reply_type);
   proto::Header h;
@@ -86,7 +117,7 @@ Ticket Client::SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, fl
       h.set_codec_count(slice.count * dim);
       h.set_codec_value_type(static_cast<uint32_t>(reply_type));
     }
-    auto sink = std::make_unique<PulledRowsSink>(out, slice, dim, reply_type);
+    auto sink = std::make_unique<PulledRowsSink>(out, slice, dim, reply_type, keep_raw);
     Send(ticket, slice.server, h, std::move(slice.keys), Buffer(), slice.count * row_bytes, std::move(sink));
   }
   return ticket;

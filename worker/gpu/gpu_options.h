@@ -31,7 +31,9 @@
 //              InvalidArgument naming worker.encode_on and why.
 //   rows       row_cast: the sparse table's codec fp16 / bf16 (its rows go as 16-bit values), unless
 //              worker.encode_on = host: the backward's row gradients are cast on the device and
-//              cross to the host in 16 bits (Client::PushCastRows); kFp32 otherwise.
+//              cross to the host in 16 bits (Client::PushCastRows); kFp32 otherwise. row_widen:
+//              the same for the table's pull_codec: pulled rows cross to the device in 16 bits and
+//              are widened as they are scattered into the cache (cuda::ScatterRowsWiden).
 //   buckets    dense_bucket_bytes rounded down to whole chunks of the dense table (at least one
 //              chunk); a dense table without chunks (chunk_floats 0) is one chunk.
 //
@@ -83,6 +85,7 @@ struct GpuOptions {
   bool encode_on_device = false;  // the dense table's codec runs on the device (device_encoder.h)
   std::string encode_why;         // for the log line: why it runs where it runs
   codec::ValueType row_cast = codec::ValueType::kFp32;  // kFp16 / kBf16: rows cast on the device
+  codec::ValueType row_widen = codec::ValueType::kFp32;  // kFp16 / kBf16: pulled rows widened there
 };
 
 // "" when the GPU worker's device path (worker/gpu/device_encoder.h) encodes `config` exactly as

@@ -49,12 +49,15 @@ CompressionStats ParamExchange::compression_stats() const {
   return compressor_ ? compressor_->stats() : CompressionStats{};
 }
 
-Status ParamExchange::PullStep(int64_t step, const uint64_t* keys, size_t n, float* rows, float* params,
+Status ParamExchange::PullStep(int64_t step, const uint64_t* keys, size_t n, void* rows, float* params,
                                const std::vector<bool>* own_servers, uint64_t* sparse_version,
-                               uint64_t* dense_version, const int32_t* server_counts) {
-  Ticket pulled_rows = server_counts != nullptr && num_servers_ > 1
-                           ? client_->PullByServer(sparse_table_, keys, n, rows, server_counts, step)
-                           : client_->Pull(sparse_table_, keys, n, rows, step);
+                               uint64_t* dense_version, const int32_t* server_counts, codec::ValueType rows_as) {
+  const int32_t* counts = server_counts != nullptr && num_servers_ > 1 ? server_counts : nullptr;
+  Ticket pulled_rows =
+      rows_as != codec::ValueType::kFp32
+          ? client_->PullCastRows(sparse_table_, keys, n, static_cast<uint16_t*>(rows), rows_as, counts, step)
+      : counts != nullptr ? client_->PullByServer(sparse_table_, keys, n, static_cast<float*>(rows), counts, step)
+                          : client_->Pull(sparse_table_, keys, n, static_cast<float*>(rows), step);
   Ticket dense = own_servers ? client_->PullDense(dense_table_, params, step, *own_servers)
                              : client_->PullDense(dense_table_, params, step);
   Status s1 = client_->Wait(pulled_rows);

@@ -68,9 +68,11 @@ class ParamExchange {
   // and *dense_version are the client's table versions after the pulls. Errors: the pulls'.
   // server_counts (one per server) non-null: the keys come grouped by server with these counts
   // (the device cache index's misses), and are pulled by server without hashing (PullByServer).
-  Status PullStep(int64_t step, const uint64_t* keys, size_t n, float* rows, float* params,
+  // `rows_as` kFp16 / kBf16: the rows come as those 16-bit values, not widened (rows is then a
+  // uint16_t array; Client::PullCastRows).
+  Status PullStep(int64_t step, const uint64_t* keys, size_t n, void* rows, float* params,
                   const std::vector<bool>* own_servers, uint64_t* sparse_version, uint64_t* dense_version,
-                  const int32_t* server_counts = nullptr);
+                  const int32_t* server_counts = nullptr, codec::ValueType rows_as = codec::ValueType::kFp32);
 
   // The pushes of `step`, in order: PushRows and PushDense any number of times, then EndStep.
   // PushRows: n keys with their gradient rows; with several servers keys are grouped by server

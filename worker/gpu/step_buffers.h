@@ -93,9 +93,9 @@ struct StepInput {
   const int32_t* miss_server_counts = nullptr;
   cuda::PinnedBuffer h_miss_server_counts;  // int32_t [num_servers]
   cuda::DeviceBuffer d_miss_server_counts;
-  cuda::PinnedBuffer h_miss_rows;   // float
+  cuda::PinnedBuffer h_miss_rows;   // float (u16 when the pulled rows are widened on the device)
   cuda::PinnedBuffer h_miss_slots;  // int32_t
-  cuda::DeviceBuffer d_miss_rows;   // float
+  cuda::DeviceBuffer d_miss_rows;   // float (likewise)
   cuda::DeviceBuffer d_miss_slots;  // int32_t
   cudaEvent_t pulled = nullptr;    // host group: the pull stream finished; the slice broadcast follows
   cudaEvent_t ready = nullptr;     // the step's inputs are complete on the device

@@ -103,10 +103,11 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   if (opt_.gate_pulls) OSPREY_RETURN_IF_ERROR(board_->WaitFor(kPushed, step - 1));
   const size_t m = in->num_misses;
   // A failed pull fails the run, so the slots it left unfilled are never read.
-  OSPREY_RETURN_IF_ERROR(exchange_.PullStep(step, in->miss_key_ptr, m, in->h_miss_rows.as<float>(),
+  OSPREY_RETURN_IF_ERROR(exchange_.PullStep(step, in->miss_key_ptr, m, in->h_miss_rows.data(),
                                             in->h_params.as<float>(),
                                             host_group_ ? &host_group_->own_servers() : nullptr,
-                                            &in->sparse_version, &in->dense_version, in->miss_server_counts));
+                                            &in->sparse_version, &in->dense_version, in->miss_server_counts,
+                                            opt_.row_widen));
   rows_pulled_[puller] += m;
   const double pull_s = Since(t3);
   pull_seconds_[puller] += pull_s;
@@ -123,10 +124,18 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   }
   // The plan left the slots and the miss slots on the device (cache_index.h).
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->pull_start, pull_stream));
-  OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_rows.data(), in->h_miss_rows.data(),
-                                              m * dim_ * sizeof(float), cudaMemcpyHostToDevice, pull_stream));
-  OSPREY_RETURN_IF_ERROR(cuda::ScatterRows(in->d_miss_rows.as<float>(), in->d_miss_slots.as<int32_t>(),
-                                           static_cast<int>(m), dim_, d_cache_.as<float>(), pull_stream));
+  if (opt_.row_widen != codec::ValueType::kFp32) {  // 16-bit rows: half the bytes, widened in the scatter
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_rows.data(), in->h_miss_rows.data(),
+                                                m * dim_ * sizeof(uint16_t), cudaMemcpyHostToDevice, pull_stream));
+    OSPREY_RETURN_IF_ERROR(cuda::ScatterRowsWiden(in->d_miss_rows.as<uint16_t>(), opt_.row_widen,
+                                                  in->d_miss_slots.as<int32_t>(), static_cast<int>(m), dim_,
+                                                  d_cache_.as<float>(), pull_stream));
+  } else {
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_miss_rows.data(), in->h_miss_rows.data(),
+                                                m * dim_ * sizeof(float), cudaMemcpyHostToDevice, pull_stream));
+    OSPREY_RETURN_IF_ERROR(cuda::ScatterRows(in->d_miss_rows.as<float>(), in->d_miss_slots.as<int32_t>(),
+                                             static_cast<int>(m), dim_, d_cache_.as<float>(), pull_stream));
+  }
   // With a host group the other ranks' slices are garbage here until BroadcastParams.
   OSPREY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(in->d_params.data(), in->h_params.data(), num_params_ * sizeof(float),
                                               cudaMemcpyHostToDevice, pull_stream));

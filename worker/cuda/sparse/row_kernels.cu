@@ -73,7 +73,44 @@ __global__ void CastRowValuesKernel(const float* __restrict__ in, int64_t n, uin
   }
 }
 
+// d_table[slots[row] * dim + col] = widen(in[row * dim + col]): pulled 16-bit rows into their
+// cache slots, widened as codec::WidenRowValues does.
+template <bool kBf16>
+__global__ void ScatterWidenKernel(const uint16_t* __restrict__ in, const int32_t* __restrict__ slots, int64_t total,
+                                   int64_t dim, float* __restrict__ table) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t row = e / dim;
+    const float v = kBf16 ? codec::Bf16BitsToFloat(in[e]) : codec::HalfBitsToFloat(in[e]);
+    table[static_cast<int64_t>(slots[row]) * dim + (e - row * dim)] = v;
+  }
+}
+
 }  // namespace
+
+Status ScatterRowsWiden(const uint16_t* d_in, codec::ValueType type, const int32_t* d_slots, int n, int dim,
+                        float* d_table, void* stream) {
+  if (n < 0) return InvalidArgument("ScatterRowsWiden: n " + std::to_string(n) + " must be >= 0");
+  if (dim < 1) return InvalidArgument("ScatterRowsWiden: dim " + std::to_string(dim) + " must be >= 1");
+  if (type != codec::ValueType::kFp16 && type != codec::ValueType::kBf16) {
+    return InvalidArgument("ScatterRowsWiden: rows are fp16 or bf16, not " + codec::ValueTypeName(type));
+  }
+  if (n == 0) return Status();
+  if (d_in == nullptr || d_slots == nullptr || d_table == nullptr) {
+    return InvalidArgument("ScatterRowsWiden: null pointer with n " + std::to_string(n));
+  }
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t total = static_cast<int64_t>(n) * dim;
+  int64_t blocks = (total + kThreads - 1) / kThreads;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  if (type == codec::ValueType::kBf16) {
+    ScatterWidenKernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(d_in, d_slots, total, dim, d_table);
+  } else {
+    ScatterWidenKernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(d_in, d_slots, total, dim, d_table);
+  }
+  OSPREY_SPARSE_RETURN_IF_LAUNCH_FAILED();
+  return Status();
+}
 
 Status CastRowValues(const float* d_in, int64_t n, codec::ValueType type, uint16_t* d_out, void* stream) {
   if (n < 0) return InvalidArgument("CastRowValues: n " + std::to_string(n) + " must be >= 0");

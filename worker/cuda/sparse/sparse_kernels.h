@@ -75,6 +75,12 @@ Status ScatterRows(const float* d_in, const int32_t* d_slots, int n, int dim, fl
 // null pointer when n > 0. n == 0 does nothing.
 Status CastRowValues(const float* d_in, int64_t n, codec::ValueType type, uint16_t* d_out, void* stream);
 
+// ScatterRows for rows pulled in 16 bits: d_table[d_slots[i] * dim + j] = d_in[i * dim + j]
+// widened from `type` (kFp16 / kBf16) as codec::WidenRowValues does, bit for bit. Same slot rules
+// as ScatterRows. Errors (InvalidArgument): n < 0, dim < 1, another type, a null pointer when n > 0.
+Status ScatterRowsWiden(const uint16_t* d_in, codec::ValueType type, const int32_t* d_slots, int n, int dim,
+                        float* d_table, void* stream);
+
 // Bytes of device workspace GroupKeysByServer needs for up to max_keys keys on the current device
 // (any num_servers); 0 when max_keys < 1 or no usable device is there.
 size_t GroupByServerWorkspaceBytes(int max_keys);
