@@ -85,38 +85,33 @@ Status TableShard::ServePull(const proto::Header& h, const Message& msg, proto::
   if (!sparse()) {
     for (size_t i = 0; i < n; ++i) floats += store_->ChunkFloats(id_, keys[i]);
   }
-  // Dense: a snapshot of the store's own block when the message covers consecutive chunks (a
-  // client's whole route does), sent without copying; the store copies on its next write while
-  // the reply is still in flight, so the chunks of this reply are never torn.
-  if (sparse() && h.codec() != proto::CODEC_NONE && !lifecycle_ && !dc_) {
-    // fp16 / bf16 rows (validated by the Server), cast as they are read: no fp32 copy in between.
-    const auto type = static_cast<codec::ValueType>(h.codec_value_type());
+  const bool cast = sparse() && h.codec() != proto::CODEC_NONE;  // validated by the Server: fp16 / bf16
+  const auto type = static_cast<codec::ValueType>(h.codec_value_type());
+  if (cast && !lifecycle_ && !dc_) {
+    // Each row cast as it is read: no fp32 copy of the reply in between.
     *values = Buffer::Allocate(floats * codec::RowValueBytes(type));
     OSPREY_RETURN_IF_ERROR(PullSparseRowsAs(keys, n, type, values->mutable_data()));
-    reply->set_codec(h.codec());
-    reply->set_codec_value_type(h.codec_value_type());
-    reply->set_codec_count(floats);
-    reply->set_version(version_);
-    reply->set_num_keys(0);
-    reply->set_value_bytes(values->size());
-    return Status::OK();
+  } else {
+    // Dense: a snapshot of the store's own block when the message covers consecutive chunks (a
+    // client's whole route does), sent without copying; the store copies on its next write while
+    // the reply is still in flight, so the chunks of this reply are never torn.
+    if (sparse() || !store_->PullChunksView(id_, keys, n, values) || values->size() != floats * sizeof(float)) {
+      *values = Buffer::Allocate(floats * sizeof(float));
+      float* out = reinterpret_cast<float*>(values->mutable_data());
+      // Admission / eviction: missing rows are served from the initializer, not created.
+      OSPREY_RETURN_IF_ERROR(!sparse()    ? store_->PullChunks(id_, keys, n, out)
+                             : lifecycle_ ? lifecycle_->Pull(keys, n, out)
+                                          : PullSparseRowsAs(keys, n, codec::ValueType::kFp32,
+                                                             reinterpret_cast<uint8_t*>(out)));
+    }
+    RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
+    if (cast) {
+      Buffer rows = Buffer::Allocate(floats * codec::RowValueBytes(type));
+      codec::CastRowValues(values->as<float>(), floats, type, rows.mutable_data());
+      *values = std::move(rows);
+    }
   }
-  if (sparse() || !store_->PullChunksView(id_, keys, n, values) ||
-      values->size() != floats * sizeof(float)) {
-    *values = Buffer::Allocate(floats * sizeof(float));
-    float* out = reinterpret_cast<float*>(values->mutable_data());
-    // Admission / eviction: missing rows are served from the initializer, not created.
-    OSPREY_RETURN_IF_ERROR(!sparse()    ? store_->PullChunks(id_, keys, n, out)
-                           : lifecycle_ ? lifecycle_->Pull(keys, n, out)
-                                        : PullSparseRowsAs(keys, n, codec::ValueType::kFp32,
-                                                           reinterpret_cast<uint8_t*>(out)));
-  }
-  RecordPull(h, keys, n, values->as<float>());  // DC-ASGD's weights at pull (no-op without it)
-  if (sparse() && h.codec() != proto::CODEC_NONE) {  // validated by the Server: fp16 / bf16 rows
-    const auto type = static_cast<codec::ValueType>(h.codec_value_type());
-    Buffer cast = Buffer::Allocate(floats * codec::RowValueBytes(type));
-    codec::CastRowValues(values->as<float>(), floats, type, cast.mutable_data());
-    *values = std::move(cast);
+  if (cast) {
     reply->set_codec(h.codec());
     reply->set_codec_value_type(h.codec_value_type());
     reply->set_codec_count(floats);
