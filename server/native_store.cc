@@ -187,6 +187,13 @@ Status NativeStore::FindOrCreateRowIds(uint32_t table, const uint64_t* keys, siz
   return Status::OK();
 }
 
+Status NativeStore::FindRowIds(uint32_t table, const uint64_t* keys, size_t n, uint32_t* ids) const {
+  const SparseTable* t = sparse(table);
+  if (t == nullptr) return Internal("no sparse table " + std::to_string(table));
+  t->FindIds(keys, n, ids);
+  return Status::OK();
+}
+
 Status NativeStore::VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
                                   const RowBlockFn& fn) {
   SparseTable* t = sparse(table);

@@ -34,6 +34,7 @@ class NativeStore : public Store {
   bool has_row_ids(uint32_t table) const override { return sparse(table) != nullptr; }
   Status FindOrCreateRowIds(uint32_t table, const uint64_t* keys, size_t n,
                             uint32_t* ids) override;
+  Status FindRowIds(uint32_t table, const uint64_t* keys, size_t n, uint32_t* ids) const override;
   Status VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,
                        const RowBlockFn& fn) override;
   // By id, and with kRead, nothing is created or moved: visits only read the row index.

@@ -181,6 +181,13 @@ void SparseTable::FindOrCreateIds(const uint64_t* keys, size_t n, uint32_t* ids)
   }
 }
 
+void SparseTable::FindIds(const uint64_t* keys, size_t n, uint32_t* ids) const {
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kSlotDistance < n) Prefetch(keys[i + kSlotDistance]);
+    ids[i] = FindIndex(keys[i]);
+  }
+}
+
 Status SparseTable::VisitIds(const uint32_t* ids, size_t n, const RowBlockFn& fn) {
   float* rows[kRowBlockRows];
   uint64_t* hist[kRowBlockRows];

@@ -42,6 +42,9 @@ class SparseTable {
   Status Visit(const uint64_t* keys, size_t n, RowAccess access, const RowBlockFn& fn);
   // Row ids (Store::FindOrCreateRowIds): ids[i] = the index of keys[i]'s row, created if missing.
   void FindOrCreateIds(const uint64_t* keys, size_t n, uint32_t* ids);
+  // ids[i] = keys[i]'s row id, 0xFFFFFFFF (Store::kNoRowId) where there is no row. Reads only:
+  // several threads may call it at once while nothing writes the table.
+  void FindIds(const uint64_t* keys, size_t n, uint32_t* ids) const;
   // Store::VisitRowsById (each id < num_rows()). Rows in increasing id order are visited in
   // storage order.
   Status VisitIds(const uint32_t* ids, size_t n, const RowBlockFn& fn);

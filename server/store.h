@@ -130,6 +130,12 @@ class Store {
                                     uint32_t* ids) {
     return Unimplemented("this store has no sparse row ids");
   }
+  // ids[i] = the id of keys[i]'s row, kNoRowId where there is none; creates nothing. May run on
+  // several threads at once where concurrent_row_visits.
+  static constexpr uint32_t kNoRowId = 0xFFFFFFFFu;
+  virtual Status FindRowIds(uint32_t table, const uint64_t* keys, size_t n, uint32_t* ids) const {
+    return Unimplemented("this store has no sparse row ids");
+  }
   // VisitRows by row id (each an id this store handed out; Internal otherwise); ids in
   // increasing order are visited in storage order. Access is always kUpdate.
   virtual Status VisitRowsById(uint32_t table, const uint32_t* ids, size_t n,

@@ -153,7 +153,7 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   // One hash probe per key: on a store with row ids, the rows read here are resolved to ids once
   // (in ids_), and the merge or the apply below goes by those ids. Not with skipped non-finite
   // rows, which must not even be created.
-  const bool by_id = row_ids_ && !any_bad && (dc_ != nullptr || per_row);
+  bool by_id = row_ids_ && !any_bad && (dc_ != nullptr || per_row);
   if (sparse() && (dc_ || per_row)) {
     OSPREY_RETURN_IF_ERROR(ReadPushRows(h, keys, n, dc_ != nullptr, per_row, s, by_id));
   }
@@ -181,7 +181,10 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   // applied now, a window of its own: the oldest open window may be one nobody closes any more.
   const bool late_outside = policy_->windows_per_clock() && h.clock() < done_ && !any_bad &&
                             clocks_.LeftBarrier(h.worker_rank());
-  if (late_outside || policy_->ApplyOnArrival(any_bad)) return ApplyOnArrival(h, keys, n, g, per_row, s, by_id);
+  if (late_outside || policy_->ApplyOnArrival(any_bad)) {
+    if (!by_id && !any_bad && ResolveRowIds(keys, n)) by_id = true;
+    return ApplyOnArrival(h, keys, n, g, per_row, s, by_id);
+  }
   Window& w = WindowFor(h, now_us);
   if (marks_) w.marks.push_back(MarkOf(h));  // every part: a re-sent part is known by its own id
   w.any_stale = w.any_stale || per_row;
@@ -206,6 +209,33 @@ Status TableShard::PushImpl(const proto::Header& h, const uint64_t* keys, size_t
   if (row_ids_) return MergeRows(&w, keys, n, g, by_ref, any_bad, per_row, by_id);
   MergeKeys(&w, keys, n, g, by_ref, any_bad, per_row);
   return Status::OK();
+}
+
+bool TableShard::ResolveRowIds(const uint64_t* keys, size_t n) {
+  // Below this a push applies by key in one pass (the vectors here would cost more than they save).
+  constexpr size_t kMinKeys = 1024;
+  // A key probe is a cache miss or two (~50 ns here): a range is worth a wake-up from 32k keys on.
+  constexpr size_t kMinKeysPerRange = size_t{1} << 15;
+  if (!sparse() || !row_ids_ || n < kMinKeys || !store_->concurrent_row_visits(id_)) return false;
+  ids_.resize(n);
+  auto find = [&](size_t begin, size_t end) {
+    return store_->FindRowIds(id_, keys + begin, end - begin, ids_.data() + begin);
+  };
+  Status s = apply_pool_ != nullptr ? apply_pool_->Run(n, kMinKeysPerRange, find) : find(0, n);
+  // Keys without a row are created on this thread in key order, as the one-thread apply would.
+  std::vector<uint64_t>& missing = missing_keys_;
+  missing.clear();
+  for (size_t i = 0; s.ok() && i < n; ++i) {
+    if (ids_[i] == Store::kNoRowId) missing.push_back(keys[i]);
+  }
+  if (s.ok() && !missing.empty()) {
+    std::vector<uint32_t> created(missing.size());
+    s = store_->FindOrCreateRowIds(id_, missing.data(), missing.size(), created.data());
+    for (size_t i = 0, m = 0; s.ok() && i < n; ++i) {
+      if (ids_[i] == Store::kNoRowId) ids_[i] = created[m++];
+    }
+  }
+  return s.ok();  // else the apply goes by key, which reports the store's error itself
 }
 
 Status TableShard::ApplyOnArrival(const proto::Header& h, const uint64_t* keys, size_t n,

@@ -2,9 +2,11 @@
 // TableShard::PullSparseRows) answer with the bits one thread sends, and create the rows of
 // unseen keys in the order one thread does (same row ids, same initial values): pulls of keys
 // with and without rows, duplicates, and the same table pushed to afterwards; rows asked for in
-// 16 bits are cast as they are read, with the host cast's bits.
+// 16 bits are cast as they are read, with the host cast's bits; large pushes applied on arrival
+// resolve their rows over the pool with one thread's results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -109,6 +111,15 @@ void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+void ExpectSameRecords(PulledShard& x, PulledShard& y) {
+  const auto a = x.Records(), b = y.Records();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, rec] : a) {
+    ASSERT_EQ(b.count(key), 1u) << key;
+    ASSERT_EQ(0, std::memcmp(rec.data(), b.at(key).data(), rec.size() * sizeof(float))) << key;
+  }
+}
+
 TEST(ParallelPullTest, PoolPullsServeAndCreateRowsAsOneThreadDoes) {
   ApplyPool pool(3);
   ASSERT_EQ(pool.Ranges(60000, (size_t{1} << 16) / kDim), 3u);  // the split the big pulls get
@@ -134,6 +145,35 @@ TEST(ParallelPullTest, PoolPullsServeAndCreateRowsAsOneThreadDoes) {
     ASSERT_EQ(b.count(key), 1u) << key;
     ASSERT_EQ(0, std::memcmp(rec.data(), b.at(key).data(), rec.size() * sizeof(float))) << key;
   }
+}
+
+// A large push applied on arrival resolves its keys first (reads only, over the pool when it is
+// large), creates the missing rows in key order on the serving thread and applies by id in push
+// order: the same bits, row ids and records as one thread and as the one-pass apply by key,
+// repeated keys included.
+TEST(ParallelPullTest, LargePushesResolveTheirRowsOverThePoolAsOneThreadDoes) {
+  ApplyPool pool(3);
+  PulledShard one(nullptr), three(&pool);
+  const std::vector<uint64_t> first = RandomKeys(40000, 60000, 6);
+  ExpectSameBits(one.Pull(first), three.Pull(first));
+  const uint64_t split_before = pool.split_runs();
+  // Half of these keys have rows, half are new; many appear twice or more.
+  const std::vector<uint64_t> second = RandomKeys(120000, 120000, 7);
+  one.Push(second, 0.25f);
+  three.Push(second, 0.25f);
+  EXPECT_GT(pool.split_runs(), split_before) << "the push did not go over the pool";
+  EXPECT_EQ(one.Ids(second), three.Ids(second));
+  ExpectSameRecords(one, three);
+  // Against the one-pass apply by key (pushes below 1024 keys take it): the same keys in pushes of
+  // 1000 step each row the same way, in the same order, and create rows in the same order.
+  PulledShard by_key(nullptr);
+  by_key.Pull(first);  // the same rows as the others had before the push
+  for (size_t at = 0; at < second.size(); at += 1000) {
+    by_key.Push(std::vector<uint64_t>(second.begin() + at, second.begin() + std::min(second.size(), at + 1000)),
+                0.25f);
+  }
+  EXPECT_EQ(by_key.Ids(second), one.Ids(second));
+  ExpectSameRecords(by_key, one);
 }
 
 // Rows asked for in 16 bits are cast as they are read (no fp32 copy in between): the bits of the
