@@ -98,6 +98,7 @@
 // from inside Push / Pull / Advance.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -258,6 +259,8 @@ class TableShard {
   bool sparse() const { return spec_.type() == proto::TABLE_SPARSE; }
   size_t Width(uint64_t key) const;
   uint64_t Staleness(const proto::Header& h) const;
+  // A push's lr weight under lr_inverse: 1 / max(1, staleness).
+  static double LrWeight(uint64_t s) { return 1.0 / std::max<double>(1.0, static_cast<double>(s)); }
   ApplyOptions Options(int pushes, double lr_weight_sum, double staleness_sum) const;
   // Sparse rows of a push read before merging, in one store visit: the weights now into dc_w_
   // (DC-ASGD) and / or the rows' staleness since h.version() into row_s_ (per_row).
