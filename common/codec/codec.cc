@@ -8,12 +8,6 @@
 namespace osprey::codec {
 namespace {
 
-ValueType ParseValueType(const std::string& name) {
-  if (name == "fp16") return ValueType::kFp16;
-  if (name == "bf16") return ValueType::kBf16;
-  return ValueType::kFp32;
-}
-
 // Names were validated, so every branch here is reachable only with a known name.
 std::unique_ptr<Codec> MakeBase(const CodecConfig& c) {
   if (c.type == "fp16") return std::make_unique<DenseCodec>(CodecId::kFp16, ValueType::kFp16);
@@ -22,7 +16,7 @@ std::unique_ptr<Codec> MakeBase(const CodecConfig& c) {
   if (c.type == "topk" || c.type == "randomk") {
     SparseCodecOptions o;
     o.schedule = DensitySchedule(c.schedule, c.density);
-    o.value_type = ParseValueType(c.value_type);
+    o.value_type = ValueTypeOfName(c.value_type);
     o.seed = c.seed;
     o.method = TopKMethodFromName(c.topk_method);
     o.sample_rate = c.sample_rate;

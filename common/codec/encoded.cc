@@ -149,6 +149,12 @@ std::string CodecIdName(CodecId id) {
   return "unknown(" + std::to_string(static_cast<int>(id)) + ")";
 }
 
+ValueType ValueTypeOfName(const std::string& name) {
+  if (name == "fp16") return ValueType::kFp16;
+  if (name == "bf16") return ValueType::kBf16;
+  return ValueType::kFp32;
+}
+
 std::string ValueTypeName(ValueType type) {
   switch (type) {
     case ValueType::kFp32: return "fp32";

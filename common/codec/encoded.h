@@ -55,6 +55,9 @@ enum class ValueType : uint8_t {
 // "none", "fp16", ...; "unknown(7)" for ids outside the enum.
 std::string CodecIdName(CodecId id);
 std::string ValueTypeName(ValueType type);
+// "fp16" -> kFp16, "bf16" -> kBf16, any other name (fp32, none, a codec's) -> kFp32: the 16-bit
+// type a validated config name stands for.
+ValueType ValueTypeOfName(const std::string& name);
 // Bytes of one value: 4 or 2; 0 for ids outside the enum.
 size_t ValueBytes(ValueType type);
 

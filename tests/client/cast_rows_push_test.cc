@@ -149,6 +149,15 @@ TEST(CastRowsPushTest, BadTypeOrCountsFailTheTicketAndSendNothing) {
   st = side.client->Wait(
       side.client->PushCastRows(0, keys.data(), keys.size(), rows.data(), codec::ValueType::kBf16, counts.data()));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  // No rows for the keys, either way.
+  st = side.client->Wait(
+      side.client->PushCastRows(0, keys.data(), keys.size(), nullptr, codec::ValueType::kBf16, nullptr));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("null rows array"), std::string::npos) << st.ToString();
+  st = side.client->Wait(
+      side.client->PullCastRows(0, keys.data(), keys.size(), nullptr, codec::ValueType::kBf16, nullptr));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("null rows array"), std::string::npos) << st.ToString();
   EXPECT_EQ(side.Pull(keys), before);
 }
 

@@ -271,6 +271,24 @@ TEST(GpuOptionsTest, ExactTopKEncodesOnTheDeviceUnlessTheConfigSaysHost) {
   EXPECT_NE(o.encode_why.find("encode_on = host"), std::string::npos) << o.encode_why;
 }
 
+// The sparse table's 16-bit rows: cast (push) and widened (pull) on the device, each from its own
+// key, unless encode_on says host.
+TEST(GpuOptionsTest, SixteenBitRowsAreCastAndWidenedOnTheDeviceUnlessTheConfigSaysHost) {
+  config::JobConfig job = Job();
+  GpuOptions o = Resolve(job);
+  EXPECT_EQ(o.row_cast, codec::ValueType::kFp32);
+  EXPECT_EQ(o.row_widen, codec::ValueType::kFp32);
+  job.tables[0].codec.type = "bf16";
+  job.tables[0].pull_codec = "fp16";
+  o = Resolve(job);
+  EXPECT_EQ(o.row_cast, codec::ValueType::kBf16);
+  EXPECT_EQ(o.row_widen, codec::ValueType::kFp16);
+  job.worker.encode_on = "host";
+  o = Resolve(job);
+  EXPECT_EQ(o.row_cast, codec::ValueType::kFp32);
+  EXPECT_EQ(o.row_widen, codec::ValueType::kFp32);
+}
+
 TEST(GpuOptionsTest, CodecsTheDeviceCannotEncodeStayOnTheHostOrFailWhenDeviceIsAsked) {
   config::JobConfig job = Job();
   const codec::CodecConfig defaults;

@@ -272,6 +272,9 @@ class Client {
   Ticket SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, void* out, const int32_t* counts,
                         int64_t clock, codec::ValueType raw = codec::ValueType::kFp32);
   // Checks a zero-copy push's Buffers against the table (keys whole u64, rows n * dim floats).
+  // PushCastRows / PullCastRows (`what`: "push" / "pull"): a sparse table, type kFp16 or kBf16,
+  // and a rows array when there are keys.
+  Status CheckCastRows(uint32_t table, codec::ValueType type, size_t n, const void* rows, const char* what) const;
   Status CheckPushBuffers(uint32_t table, const Buffer& keys, const Buffer& rows) const;
   Status CheckDenseCall(const DenseCall& call) const;
   // Sends one dense message (one route of `call`); false when its encoder failed the ticket.

@@ -19,10 +19,9 @@ codec::ValueType RowType(proto::Codec codec) {
   }
 }
 
-// Widens one server's pulled rows into the caller's array: row i of the reply goes to the call's
-// row positions[i], or, without positions, to row first + i.
-// Rows of one reply (as `type`) into the caller's array: widened to fp32 (out is float), or, with
-// `raw`, copied as they came (out holds `type` values: PullCastRows).
+// One server's pulled rows (as `type`) into the caller's array: row i of the reply goes to the
+// call's row positions[i], or, without positions, to row first + i; widened to fp32 (out is
+// float), or, with `raw`, copied as they came (out holds `type` values: PullCastRows).
 class PulledRowsSink final : public ReplySink {
  public:
   PulledRowsSink(void* out, const KeySlice& slice, size_t dim, codec::ValueType type, bool raw)
@@ -70,15 +69,21 @@ Ticket Client::PullByServer(uint32_t table, const uint64_t* keys, size_t n, floa
   return SendSparsePull(table, keys, n, out, counts, clock);
 }
 
+Status Client::CheckCastRows(uint32_t table, codec::ValueType type, size_t n, const void* rows,
+                             const char* what) const {
+  OSPREY_RETURN_IF_ERROR(CheckTable(table, /*sparse=*/true));
+  const std::string call = std::string(what) + " of cast rows, table '" + map_.tables(table).name() + "': ";
+  if (type != codec::ValueType::kFp16 && type != codec::ValueType::kBf16) {
+    return InvalidArgument(call + "rows are fp16 or bf16, not " + codec::ValueTypeName(type));
+  }
+  if (rows == nullptr && n > 0) return InvalidArgument(call + std::to_string(n) + " keys and a null rows array");
+  return Status::OK();
+}
+
 Ticket Client::PullCastRows(uint32_t table, const uint64_t* keys, size_t n, uint16_t* out, codec::ValueType type,
                             const int32_t* counts, int64_t clock) {
-  if (type != codec::ValueType::kFp16 && type != codec::ValueType::kBf16) {
-    const std::string name = table < static_cast<uint32_t>(map_.tables_size()) ? map_.tables(table).name()
-                                                                               : std::to_string(table);
-    return requests_.Open(proto::OP_PULL_SPARSE, table,
-                          InvalidArgument("pull of cast rows from table '" + name + "': rows are fp16 or bf16, not " +
-                                          codec::ValueTypeName(type)));
-  }
+  Status bad = CheckCastRows(table, type, n, out, "pull");
+  if (!bad.ok()) return requests_.Open(proto::OP_PULL_SPARSE, table, bad);
   return SendSparsePull(table, keys, n, out, counts, clock, type);
 }
 
@@ -135,11 +140,7 @@ Ticket Client::PushByServer(uint32_t table, const uint64_t* keys, size_t n, cons
 
 Ticket Client::PushCastRows(uint32_t table, const uint64_t* keys, size_t n, const uint16_t* rows, codec::ValueType type,
                             const int32_t* counts, int64_t clock, uint64_t version) {
-  Status bad = CheckTable(table, /*sparse=*/true);
-  if (bad.ok() && type != codec::ValueType::kFp16 && type != codec::ValueType::kBf16) {
-    bad = InvalidArgument("push of cast rows to table '" + map_.tables(table).name() + "': rows are fp16 or bf16, not " +
-                          codec::ValueTypeName(type));
-  }
+  Status bad = CheckCastRows(table, type, n, rows, "push");
   StatusOr<std::vector<KeySlice>> slices = std::vector<KeySlice>();
   if (bad.ok() && counts != nullptr) {
     slices = router_.Grouped(keys, n, counts, /*key_buffer=*/nullptr, map_.tables(table).name());
@@ -161,7 +162,9 @@ Ticket Client::PushCastRows(uint32_t table, const uint64_t* keys, size_t n, cons
     Buffer values = Buffer::Allocate(slice.count * dim * sizeof(uint16_t));
     uint16_t* out = reinterpret_cast<uint16_t*>(values.mutable_data());
     if (const uint32_t* at = slice.position_data(); at != nullptr) {  // partitioned: gather the rows
-      for (size_t i = 0; i < slice.count; ++i) std::memcpy(out + i * dim, rows + size_t{at[i]} * dim, dim * 2);
+      for (size_t i = 0; i < slice.count; ++i) {
+        std::memcpy(out + i * dim, rows + size_t{at[i]} * dim, dim * sizeof(uint16_t));
+      }
     } else {
       std::memcpy(out, rows + slice.first * dim, slice.count * dim * sizeof(uint16_t));
     }

@@ -13,12 +13,6 @@
 namespace osprey::worker::gpu {
 namespace {
 
-codec::ValueType ValueTypeOf(const std::string& name) {
-  if (name == "fp16") return codec::ValueType::kFp16;
-  if (name == "bf16") return codec::ValueType::kBf16;
-  return codec::ValueType::kFp32;
-}
-
 template <typename T>
 Status UploadVector(const std::vector<T>& v, cuda::DeviceBuffer* d, cudaStream_t stream) {
   if (v.empty()) return Status::OK();
@@ -80,7 +74,7 @@ StatusOr<std::unique_ptr<DeviceDenseEncoder>> DeviceDenseEncoder::Create(DenseCo
   const codec::CodecConfig& c = compressor->config();
   if (std::string why = DeviceEncodeUnsupported(c); !why.empty()) return InvalidArgument("device encode: " + why);
   std::unique_ptr<DeviceDenseEncoder> enc(new DeviceDenseEncoder(compressor, table));
-  const size_t vbytes = codec::ValueBytes(ValueTypeOf(c.value_type));
+  const size_t vbytes = codec::ValueBytes(codec::ValueTypeOfName(c.value_type));
   // The largest density any step may ask for: a schedule starts above the final density.
   const double max_density = std::max(c.density, c.schedule.type == "none" ? 0.0 : c.schedule.start_density);
   for (const DenseRoute& r : routes) {
@@ -216,7 +210,7 @@ Status DeviceDenseEncoder::Enqueue(int server, const float* d_grad, int slot, vo
   t.n = m->n;
   const cuda::LayerTopKArgs layers{m->d_begin.as<uint32_t>(), m->d_k.as<uint32_t>(), m->d_out.as<uint32_t>(),
                                    static_cast<uint32_t>(m->sizes.size()), total};
-  const codec::ValueType type = ValueTypeOf(c.value_type);
+  const codec::ValueType type = codec::ValueTypeOfName(c.value_type);
   const cuda::SparseOutput out{m->d_payload.data(), static_cast<size_t>(m->capacity), type};
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(m->start[slot], s));
   OSPREY_RETURN_IF_ERROR(cuda::LayerTopK(t, layers, out, m->ws.get(), s));
@@ -247,7 +241,7 @@ StatusOr<EncodedDenseFrame> DeviceDenseEncoder::Take(int server, int slot) {
   double seconds = 0;
   if (m->compress) {
     f.meta.codec = codec::CodecId::kTopK;
-    f.meta.value_type = ValueTypeOf(compressor_->config().value_type);
+    f.meta.value_type = codec::ValueTypeOfName(compressor_->config().value_type);
     float ms = 0;
     OSPREY_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, m->start[slot], m->end[slot]));
     seconds = ms * 1e-3;

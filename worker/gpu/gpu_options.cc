@@ -96,10 +96,8 @@ StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuMo
   }
   o.encode_on_device = job.worker.encode_on != "host" && why.empty();
   if (job.worker.encode_on != "host") {
-    if (sparse.codec.type == "bf16") o.row_cast = codec::ValueType::kBf16;
-    if (sparse.codec.type == "fp16") o.row_cast = codec::ValueType::kFp16;
-    if (sparse.pull_codec == "bf16") o.row_widen = codec::ValueType::kBf16;
-    if (sparse.pull_codec == "fp16") o.row_widen = codec::ValueType::kFp16;
+    o.row_cast = codec::ValueTypeOfName(sparse.codec.type);
+    o.row_widen = codec::ValueTypeOfName(sparse.pull_codec);
   }
   o.encode_why = o.encode_on_device ? "exact top-k of granularity " + dense.codec.granularity + ", residual on the device"
                  : job.worker.encode_on == "host" ? "worker.encode_on = host" : why;
