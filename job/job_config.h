@@ -58,6 +58,10 @@ struct ClientSection {
   // A push message of at least twice this many fp32 bytes goes in parts of about this size, so
   // the server applies one while the next is on the wire (worker/client/push_parts.h); 0: never.
   uint64_t push_part_bytes = 1 << 20;
+  // A sparse pull whose reply from one server has at least twice this many bytes of rows is asked
+  // for in parts of about this size, so the server reads one part's rows while the previous
+  // part's reply is on the wire (worker/client/push_parts.h); 0: never.
+  uint64_t pull_part_bytes = 1 << 20;
 };
 
 // How osprey-worker computes: on the CPU or on a CUDA device, with a hot-row cache and prefetch

@@ -114,11 +114,12 @@ StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions
 
 StatusOr<std::unique_ptr<OspreyBench>> OspreyBench::Connect(const proto::ShardMap& map,
                                                             const TransportOptions& transport_options,
-                                                            size_t push_part_bytes) {
+                                                            PartBytes parts) {
   OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, MakeTransport(transport_options));
   worker::ClientOptions options;
   options.timeout_ms = 60000;
-  options.push_part_bytes = push_part_bytes;
+  options.push_part_bytes = parts.push;
+  options.pull_part_bytes = parts.pull;
   auto client = std::make_unique<worker::Client>(options, std::move(transport), map);
   OSPREY_RETURN_IF_ERROR(client->Start());
   return std::unique_ptr<OspreyBench>(new OspreyBench(std::move(client)));

@@ -79,13 +79,19 @@ struct OpTiming {
 StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options);
 
 
+// The client's ClientOptions::push_part_bytes and pull_part_bytes (0: never in parts).
+struct PartBytes {
+  size_t push = 0;
+  size_t pull = 0;
+};
+
 class OspreyBench {
  public:
-  // Starts a client (ZeroMQ transport, timeout_ms 60000, ClientOptions::push_part_bytes as
-  // given) for the server(s) of `map`.
+  // Starts a client (ZeroMQ transport, timeout_ms 60000, push and pull parts as given) for the
+  // server(s) of `map`.
   static StatusOr<std::unique_ptr<OspreyBench>> Connect(const proto::ShardMap& map,
                                                         const TransportOptions& options = {},
-                                                        size_t push_part_bytes = 0);
+                                                        PartBytes parts = {});
   ~OspreyBench();
 
   // Dense table `table_name` (its whole size): kPush, kPull, kPullBuffer or kPushPull.

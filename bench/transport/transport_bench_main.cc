@@ -64,7 +64,7 @@ struct Plan {
   bool pipelined_only = false;
   bool sparse_only = false;
   std::vector<std::string> sparse_ops;  // empty: all of them
-  size_t push_part_bytes = 1 << 20;  // the job default (client.push_part_bytes)
+  PartBytes parts{1 << 20, 1 << 20};  // the job defaults (client.push_part_bytes, pull_part_bytes)
   TimingOptions timing;
 };
 
@@ -158,7 +158,7 @@ Status RunDenseSize(const std::string& tr, const ServerProcess& server, const Pl
     int iters[2] = {0, 0};  // push, pull operations of this round, reused by the raw baseline
     {
       OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options(),
-                                                              plan.push_part_bytes));
+                                                              plan.parts));
       for (int i = 0; i < 4; ++i) {
         OSPREY_ASSIGN_OR_RETURN(OpTiming t, bench->Dense(DenseName(bytes), ops[i], one));
         osprey_s[i].push_back(t.median_s);
@@ -198,7 +198,7 @@ Status RunPipelined(const std::string& tr, const ServerProcess& server, const Pl
     OpTiming t;
     {
       OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options(),
-                                                              plan.push_part_bytes));
+                                                              plan.parts));
       OSPREY_ASSIGN_OR_RETURN(t, bench->PipelinedPush(DenseName(bytes), w, one));
     }
     osprey_s.push_back(t.median_s);
@@ -237,7 +237,7 @@ bool ParseSparseCase(const std::string& text, SparseCase* c) {
 Status RunSparse(const std::string& tr, const ServerProcess& server, const Plan& plan,
                  std::vector<BenchRecord>* out) {
   OSPREY_ASSIGN_OR_RETURN(auto bench, OspreyBench::Connect(server.shard_map(), server.client_options(),
-                                                              plan.push_part_bytes));
+                                                              plan.parts));
   for (const SparseCase& c : plan.sparse) {
     const uint64_t seed = 0x5eed0000 + c.keys + c.dim;  // fixed: the same keys every run
     const uint64_t bytes = c.keys * (sizeof(uint64_t) + c.dim * sizeof(float));
@@ -298,9 +298,11 @@ int Main(int argc, char** argv) {
   app.add_flag("--dense-only", dense_only, "only the dense cases (no pipelined or sparse ones)");
   app.add_flag("--pipelined-only", pipelined_only, "only the pipelined 4 KiB pushes")
       ->excludes("--dense-only");
-  size_t push_part_bytes = 1 << 20;
+  size_t push_part_bytes = 1 << 20, pull_part_bytes = 1 << 20;
   app.add_option("--push-part-bytes", push_part_bytes, "the client's push_part_bytes: pushes of at least "
                  "twice this go in parts (default 1 MiB, the job default; 0: never)");
+  app.add_option("--pull-part-bytes", pull_part_bytes, "the client's pull_part_bytes: sparse pulls whose reply "
+                 "has at least twice this go in parts (default 1 MiB, the job default; 0: never)");
   int server_apply_threads = 1;
   app.add_option("--server-apply-threads", server_apply_threads, "the server's "
                  "cluster.server_apply_threads (default 1)")
@@ -360,7 +362,7 @@ int Main(int argc, char** argv) {
   plan.dense_only = dense_only;
   plan.pipelined_only = pipelined_only;
   plan.sparse_only = sparse_only;
-  plan.push_part_bytes = push_part_bytes;
+  plan.parts = {push_part_bytes, pull_part_bytes};
   const std::vector<config::TableConfig> tables = BenchTables(plan);
 
   std::string keys_dir;

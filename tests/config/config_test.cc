@@ -320,6 +320,20 @@ TEST(JobConfigTest, PushPartBytesDefaultsToOneMebibyteAndRejectsBadValues) {
   ExpectError(kMinimal, {"client.push_part_bytes=big"}, "client.push_part_bytes");
 }
 
+// Pull parts (worker/client/push_parts.h, "Pulls in parts"): client.pull_part_bytes, 0 off.
+TEST(JobConfigTest, PullPartBytesDefaultsToOneMebibyteAndRejectsBadValues) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml", {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->client.pull_part_bytes, uint64_t{1} << 20);
+  auto set = ParseJobConfig(kMinimal, "test.yaml", {"client.pull_part_bytes=0", "client.push_part_bytes=4096"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->client.pull_part_bytes, 0u);
+  EXPECT_EQ(set->client.push_part_bytes, 4096u);  // the two are separate settings
+  ExpectError(kMinimal, {"client.pull_part_bytes=-1"}, "client.pull_part_bytes");
+  ExpectError(kMinimal, {"client.pull_part_bytes=2147483648"}, "client.pull_part_bytes");
+  ExpectError(kMinimal, {"client.pull_part_bytes=1.5"}, "client.pull_part_bytes");
+}
+
 // The threads a server spreads a merged window's apply over (server/apply_pool.h).
 TEST(JobConfigTest, ServerApplyThreadsDefaultsToOneAndRejectsBadValues) {
   auto job = ParseJobConfig(kMinimal, "test.yaml", {});

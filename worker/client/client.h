@@ -66,6 +66,11 @@ struct ClientOptions {
   // parts of about this size (push_parts.h; job YAML client.push_part_bytes, default 1 MiB), so
   // the server applies one part while the next is on the wire. 0: never (the library default).
   size_t push_part_bytes = 0;
+  // A sparse pull from one server whose reply has at least twice this many bytes of rows is asked
+  // for in parts of about this size (pull requests of their own, one after the other on the
+  // wire), so the server reads part p + 1's rows while part p's reply is on the wire (push_parts.h;
+  // job YAML client.pull_part_bytes, default 1 MiB). 0: never (the library default).
+  size_t pull_part_bytes = 0;
 };
 
 // One call on a dense table: what PullDense / PushDense / InitDense build, for callers that need

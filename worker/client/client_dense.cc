@@ -11,10 +11,13 @@ namespace {
 // Copies one server's chunks into the caller's table-sized array.
 class DenseRangesSink final : public ReplySink {
  public:
-  DenseRangesSink(float* out, const DenseRoute* route) : out_(out), route_(route) {}
+  // The reply holds the route's chunks [begin, end) in order (a pull part: some of them).
+  DenseRangesSink(float* out, const DenseRoute* route, size_t begin, size_t end)
+      : out_(out), route_(route), begin_(begin), end_(end) {}
   void Deliver(Buffer reply) override {
     const uint8_t* src = reply.data();
-    for (const auto& [first, len] : route_->ranges) {
+    for (size_t i = begin_; i < end_; ++i) {
+      const auto& [first, len] = route_->ranges[i];
       std::memcpy(out_ + first, src, len * sizeof(float));
       src += len * sizeof(float);
     }
@@ -23,6 +26,7 @@ class DenseRangesSink final : public ReplySink {
  private:
   float* const out_;
   const DenseRoute* const route_;  // owned by the client
+  const size_t begin_, end_;
 };
 
 // Hands the reply frame (the whole table, in order) to the caller's Buffer: no copy, unless the
@@ -178,13 +182,26 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
   h.set_version(call.version);
   Buffer keys = clock_only ? Buffer() : route.keys;
   if (pull) {
-    std::unique_ptr<ReplySink> sink;
-    if (!clock_only) {
-      sink = out_frame != nullptr ? std::unique_ptr<ReplySink>(new DenseFrameSink(out_frame))
-                                  : std::unique_ptr<ReplySink>(new DenseRangesSink(out, &route));
+    if (clock_only) {
+      Send(ticket, s, std::move(h), std::move(keys), Buffer(), 0, nullptr);
+      return true;
     }
-    const size_t expect = clock_only ? 0 : route.floats * sizeof(float);
-    Send(ticket, s, std::move(h), std::move(keys), Buffer(), expect, std::move(sink));
+    if (out_frame != nullptr) {  // the whole table from one server, taken as it comes
+      Send(ticket, s, std::move(h), std::move(keys), Buffer(), route.floats * sizeof(float),
+           std::make_unique<DenseFrameSink>(out_frame));
+      return true;
+    }
+    // A large reply comes in parts of whole chunks (push_parts.h, "Pulls in parts").
+    std::vector<uint64_t> chunk_floats(route.ranges.size());
+    for (size_t i = 0; i < route.ranges.size(); ++i) chunk_floats[i] = route.ranges[i].second;
+    const std::vector<size_t> starts = PartStarts(chunk_floats, options_.pull_part_bytes, kMaxClientPushParts);
+    for (size_t p = 0; p < starts.size(); ++p) {
+      const size_t end = p + 1 < starts.size() ? starts[p + 1] : route.ranges.size();
+      uint64_t floats = 0;
+      for (size_t i = starts[p]; i < end; ++i) floats += chunk_floats[i];
+      Send(ticket, s, h, keys.Slice(starts[p] * sizeof(uint64_t), (end - starts[p]) * sizeof(uint64_t)), Buffer(),
+           floats * sizeof(float), std::make_unique<DenseRangesSink>(out, &route, starts[p], end));
+    }
     return true;
   }
   const float* src = call.in_buffer != nullptr ? call.in_buffer->as<float>() : call.in;

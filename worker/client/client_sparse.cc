@@ -58,6 +58,20 @@ class PulledRowsSink final : public ReplySink {
   const size_t out_row_bytes_;
 };
 
+// Keys [begin, begin + count) of `slice`, viewing its frames (no copy).
+KeySlice PartOf(const KeySlice& slice, size_t begin, size_t count) {
+  KeySlice part;
+  part.server = slice.server;
+  part.count = count;
+  part.keys = slice.keys.Slice(begin * sizeof(uint64_t), count * sizeof(uint64_t));
+  if (slice.positions.empty()) {
+    part.first = slice.first + begin;
+  } else {
+    part.positions = slice.positions.Slice(begin * sizeof(uint32_t), count * sizeof(uint32_t));
+  }
+  return part;
+}
+
 }  // namespace
 
 Ticket Client::Pull(uint32_t table, const uint64_t* keys, size_t n, float* out, int64_t clock) {
@@ -116,14 +130,22 @@ Ticket Client::SendSparsePull(uint32_t table, const uint64_t* keys, size_t n, vo
   h.set_op(proto::OP_PULL_SPARSE);
   h.set_table(table);
   h.set_clock(clock);
-  for (KeySlice& slice : *slices) {
-    if (pull_codec != proto::CODEC_NONE) {  // ask for the rows in 16 bits (the count is in floats)
-      h.set_codec(pull_codec);
-      h.set_codec_count(slice.count * dim);
-      h.set_codec_value_type(static_cast<uint32_t>(reply_type));
+  for (KeySlice& whole : *slices) {
+    // A large reply comes in parts (push_parts.h, "Pulls in parts"): each a pull of a run of the
+    // slice's keys, its rows delivered to their own place in `out`.
+    const std::vector<size_t> starts =
+        RowPartStarts(whole.count, row_bytes, options_.pull_part_bytes, kMaxClientPushParts);
+    for (size_t p = 0; p < starts.size(); ++p) {
+      const size_t end = p + 1 < starts.size() ? starts[p + 1] : whole.count;
+      KeySlice part = starts.size() == 1 ? std::move(whole) : PartOf(whole, starts[p], end - starts[p]);
+      if (pull_codec != proto::CODEC_NONE) {  // ask for the rows in 16 bits (the count is in floats)
+        h.set_codec(pull_codec);
+        h.set_codec_count(part.count * dim);
+        h.set_codec_value_type(static_cast<uint32_t>(reply_type));
+      }
+      auto sink = std::make_unique<PulledRowsSink>(out, part, dim, reply_type, keep_raw);
+      Send(ticket, part.server, h, std::move(part.keys), Buffer(), part.count * row_bytes, std::move(sink));
     }
-    auto sink = std::make_unique<PulledRowsSink>(out, slice, dim, reply_type, keep_raw);
-    Send(ticket, slice.server, h, std::move(slice.keys), Buffer(), slice.count * row_bytes, std::move(sink));
   }
   return ticket;
 }

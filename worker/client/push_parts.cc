@@ -28,8 +28,11 @@ std::vector<size_t> PartStarts(const std::vector<uint64_t>& key_floats, size_t p
 
 std::vector<size_t> UniformPartStarts(size_t num_keys, size_t floats_per_key, size_t part_bytes,
                                       size_t max_parts) {
+  return RowPartStarts(num_keys, floats_per_key * sizeof(float), part_bytes, max_parts);
+}
+
+std::vector<size_t> RowPartStarts(size_t num_keys, size_t row_bytes, size_t part_bytes, size_t max_parts) {
   std::vector<size_t> starts{0};
-  const uint64_t row_bytes = uint64_t{floats_per_key} * sizeof(float);
   const uint64_t total = row_bytes * num_keys;
   if (part_bytes == 0 || num_keys < 2 || max_parts < 2 || row_bytes == 0 || total < 2 * uint64_t{part_bytes}) {
     return starts;

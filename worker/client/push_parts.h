@@ -21,6 +21,15 @@
 // out); a push with a NaN goes whole, and the server's non_finite policy treats it exactly as
 // before.
 //
+// Pulls in parts: a sparse pull's reply rows to one server are asked for the same way, as pull
+// requests of their own for consecutive runs of the slice's keys (RowPartStarts over the reply's
+// row bytes, Client::SendSparsePull). The server needs nothing new: each part is a pull. A pull
+// was never atomic across servers (each replies at its own version); with parts it is not atomic
+// across the parts of one server either, which only matters under async, where any pull races
+// the pushes anyway; bsp and ssp hold each part until its clock is ready, as they hold a pull.
+// A dense pull into an array goes in parts of whole chunks (PartStarts); a pull into a Buffer that
+// one server answers whole stays one message (its frame is taken without a copy).
+//
 // Threading: pure functions.
 #pragma once
 
@@ -45,5 +54,7 @@ std::vector<size_t> PartStarts(const std::vector<uint64_t>& key_floats, size_t p
 // The same for `num_keys` keys of `floats_per_key` floats each (a sparse message).
 std::vector<size_t> UniformPartStarts(size_t num_keys, size_t floats_per_key, size_t part_bytes,
                                       size_t max_parts);
+// The same for keys of `row_bytes` bytes each (a sparse pull's reply rows, fp32 or 16-bit).
+std::vector<size_t> RowPartStarts(size_t num_keys, size_t row_bytes, size_t part_bytes, size_t max_parts);
 
 }  // namespace osprey::worker
