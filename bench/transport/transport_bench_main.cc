@@ -299,10 +299,15 @@ int Main(int argc, char** argv) {
   app.add_flag("--pipelined-only", pipelined_only, "only the pipelined 4 KiB pushes")
       ->excludes("--dense-only");
   size_t push_part_bytes = 1 << 20, pull_part_bytes = 1 << 20;
+  // The job config's bounds (client.push_part_bytes / pull_part_bytes); a negative value would
+  // otherwise wrap to a huge size_t and silently turn parts off.
+  const auto part_range = CLI::Range(uint64_t{0}, uint64_t{1} << 30);
   app.add_option("--push-part-bytes", push_part_bytes, "the client's push_part_bytes: pushes of at least "
-                 "twice this go in parts (default 1 MiB, the job default; 0: never)");
-  app.add_option("--pull-part-bytes", pull_part_bytes, "the client's pull_part_bytes: sparse pulls whose reply "
-                 "has at least twice this go in parts (default 1 MiB, the job default; 0: never)");
+                 "twice this go in parts (default 1 MiB, the job default; 0: never)")
+      ->check(part_range);
+  app.add_option("--pull-part-bytes", pull_part_bytes, "the client's pull_part_bytes: pulls whose reply "
+                 "has at least twice this go in parts (default 1 MiB, the job default; 0: never)")
+      ->check(part_range);
   int server_apply_threads = 1;
   app.add_option("--server-apply-threads", server_apply_threads, "the server's "
                  "cluster.server_apply_threads (default 1)")
