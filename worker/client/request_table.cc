@@ -13,7 +13,7 @@ RequestTable::RequestTable(int timeout_ms, int max_inflight, size_t num_tables, 
 }
 
 Ticket RequestTable::Open(proto::Op op, uint32_t table, Status immediate) {
-  auto t = std::make_unique<TicketState>();
+  auto t = std::make_shared<TicketState>();
   t->op = op;
   t->table = table;
   t->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
@@ -26,16 +26,19 @@ Ticket RequestTable::Open(proto::Op op, uint32_t table, Status immediate) {
 
 void RequestTable::FailLocked(TicketState* t, const Status& s) {
   if (t->status.ok()) t->status = s;
+  t->done.SignalAll();
+}
+
+void RequestTable::WakeAllLocked() {
+  for (auto& [id, t] : tickets_) t->done.SignalAll();
+  room_.SignalAll();
 }
 
 void RequestTable::Fail(Ticket ticket, const Status& s) {
-  {
-    MutexLock lock(&mu_);
-    auto it = tickets_.find(ticket);
-    if (it == tickets_.end()) return;
-    FailLocked(it->second.get(), s.WithContext(describe_(it->second->op, it->second->table)));
-  }
-  cv_.SignalAll();
+  MutexLock lock(&mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) return;
+  FailLocked(it->second.get(), s.WithContext(describe_(it->second->op, it->second->table)));
 }
 
 uint64_t RequestTable::Admit(Ticket ticket, int server, size_t expect_bytes, std::unique_ptr<ReplySink> sink,
@@ -47,7 +50,7 @@ uint64_t RequestTable::Admit(Ticket ticket, int server, size_t expect_bytes, std
   r->sink = std::move(sink);
   MutexLock lock(&mu_);
   TicketState* t = tickets_[ticket].get();
-  bool room = cv_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
+  bool room = room_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
     return stopped_ || inflight_ < max_inflight_;
   });
   if (!t->status.ok()) return 0;
@@ -69,18 +72,16 @@ uint64_t RequestTable::Admit(Ticket ticket, int server, size_t expect_bytes, std
 }
 
 void RequestTable::SendFailed(uint64_t request_id, const Status& s) {
-  {
-    MutexLock lock(&mu_);
-    auto it = pending_.find(request_id);
-    if (it == pending_.end()) return;
-    const int server = it->second->server;
-    TicketState* t = tickets_[it->second->ticket].get();
-    pending_.erase(it);
-    --inflight_;
-    --t->remaining;
-    FailLocked(t, s.WithContext(describe_(t->op, t->table) + ": sending to server " + std::to_string(server)));
-  }
-  cv_.SignalAll();
+  MutexLock lock(&mu_);
+  auto it = pending_.find(request_id);
+  if (it == pending_.end()) return;
+  const int server = it->second->server;
+  TicketState* t = tickets_[it->second->ticket].get();
+  pending_.erase(it);
+  --inflight_;
+  --t->remaining;
+  FailLocked(t, s.WithContext(describe_(t->op, t->table) + ": sending to server " + std::to_string(server)));
+  room_.SignalAll();
 }
 
 void RequestTable::OnBadReply() {
@@ -89,7 +90,7 @@ void RequestTable::OnBadReply() {
 }
 
 void RequestTable::OnReply(const proto::Header& header, Buffer values) {
-  bool wake = false;
+  std::shared_ptr<TicketState> finished;  // its waiter is signalled after mu_ is released
   {
     MutexLock lock(&mu_);
     auto it = pending_.find(header.request_id());
@@ -98,7 +99,8 @@ void RequestTable::OnReply(const proto::Header& header, Buffer values) {
     pending_.erase(it);
     const bool was_full = inflight_ >= max_inflight_;  // an Admit may be waiting for room
     --inflight_;
-    TicketState* t = tickets_[r->ticket].get();
+    const std::shared_ptr<TicketState>& ts = tickets_[r->ticket];
+    TicketState* t = ts.get();
     --t->remaining;
     Status s = StatusFromHeader(header);
     if (s.ok() && header.op() != proto::OP_REPLY) {
@@ -121,11 +123,13 @@ void RequestTable::OnReply(const proto::Header& header, Buffer values) {
     if (s.ok() && t->table < versions_.size()) {
       versions_[t->table] = std::max(versions_[t->table], header.version());
     }
-    // Only what a waiter waits for wakes it: its ticket done or failed, or room in the window.
-    // A ticket of 16 servers' messages no longer wakes its waiter 15 times for nothing.
-    wake = was_full || t->remaining == 0 || !t->status.ok();
+    // Only what a waiter waits for wakes it: its ticket done (a failure signalled in FailLocked),
+    // or room in the window. A ticket of 16 servers' messages does not wake its waiter 15 times
+    // for nothing, and no other ticket's waiter wakes at all.
+    if (t->remaining == 0 && t->status.ok()) finished = ts;
+    if (was_full) room_.SignalAll();
   }
-  if (wake) cv_.SignalAll();  // after unlocking, so the woken waiter does not block on mu_ again
+  if (finished) finished->done.SignalAll();  // not under mu_: the woken waiter takes it at once
 }
 
 std::string RequestTable::SilentServersLocked(Ticket ticket) const {
@@ -162,7 +166,7 @@ Status RequestTable::Wait(Ticket ticket) {
     TicketState* t = it->second.get();
     bool finished = false;
     do {
-      finished = cv_.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
+      finished = t->done.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
         return t->remaining == 0 || !t->status.ok() || stopped_;
       });
     } while (!finished && t->status.ok() && ExtendForDownServerLocked(ticket, t));
@@ -176,8 +180,8 @@ Status RequestTable::Wait(Ticket ticket) {
     DropPendingLocked(ticket, t);
     arrived = std::move(t->arrived);
     tickets_.erase(it);
+    room_.SignalAll();  // DropPendingLocked may have freed window slots
   }
-  cv_.SignalAll();  // window slots may have been freed
   // The ticket is gone from tickets_, so nothing else can reach these requests: deliver here, on
   // the waiting thread, outside mu_.
   if (result.ok()) {
@@ -192,7 +196,7 @@ bool RequestTable::WaitReady(Ticket ticket, int max_ms) {
   if (it == tickets_.end()) return true;
   TicketState* t = it->second.get();
   const Clock::time_point until = std::min(t->deadline, Clock::now() + std::chrono::milliseconds(max_ms));
-  bool ready = cv_.WaitUntil(&lock, until, [&]() REQUIRES(mu_) {
+  bool ready = t->done.WaitUntil(&lock, until, [&]() REQUIRES(mu_) {
     return t->remaining == 0 || !t->status.ok() || stopped_;
   });
   return ready || Clock::now() >= t->deadline;
@@ -206,8 +210,8 @@ bool RequestTable::Stop() {
     for (auto& [id, t] : tickets_) FailLocked(t.get(), Aborted("client stopped"));
     pending_.clear();
     inflight_ = 0;
+    WakeAllLocked();
   }
-  cv_.SignalAll();
   return true;
 }
 

@@ -136,9 +136,14 @@ class RequestTable {
     Status status;
     Clock::time_point deadline;
     std::vector<std::unique_ptr<Request>> arrived;  // answered, with something to deliver
+    // Its waiter's (Wait / WaitReady): signalled when the ticket finishes or fails, on Stop and
+    // server changes -- under mu_, or after it through a shared_ptr (OnReply).
+    CondVar done;
   };
 
   void FailLocked(TicketState* t, const Status& s) REQUIRES(mu_);
+  // Wakes every ticket's waiter and the Admit waiters (Stop, a server's state changed).
+  void WakeAllLocked() REQUIRES(mu_);
   // Forgets the ticket's unanswered requests (late replies are then dropped).
   void DropPendingLocked(Ticket ticket, TicketState* t) REQUIRES(mu_);
   // "server 1" / "servers 0, 2": the servers that have not answered `ticket` yet.
@@ -149,11 +154,17 @@ class RequestTable {
   const Describe describe_;
 
   mutable Mutex mu_;
-  CondVar cv_;  // signalled on every reply, failure, freed window slot and Stop
+  // Admit's, waiting for a free slot in the in-flight window: signalled when one is freed and on
+  // Stop. A reply wakes only the thread that waits on its ticket (TicketState::done) and, when the
+  // window was full, the Admit waiters -- never every waiting thread (a GPU worker has several:
+  // pullers, the pusher, the comm thread).
+  CondVar room_;
   uint64_t next_request_id_ GUARDED_BY(mu_) = 1;
   Ticket next_ticket_ GUARDED_BY(mu_) = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> pending_ GUARDED_BY(mu_);  // by request id
-  std::unordered_map<Ticket, std::unique_ptr<TicketState>> tickets_ GUARDED_BY(mu_);
+  // Shared so that OnReply can signal a finished ticket's waiter after unlocking mu_ (the waiter
+  // may erase the ticket the moment it takes mu_).
+  std::unordered_map<Ticket, std::shared_ptr<TicketState>> tickets_ GUARDED_BY(mu_);
   int inflight_ GUARDED_BY(mu_) = 0;
   bool stopped_ GUARDED_BY(mu_) = false;
   std::vector<uint64_t> versions_ GUARDED_BY(mu_);  // by table id

@@ -17,12 +17,10 @@ void RequestTable::Keep(uint64_t request_id, const Buffer& header, const Buffer&
 
 void RequestTable::SetServerDown(int server, Clock::time_point until) {
   if (server < 0) return;
-  {
-    MutexLock lock(&mu_);
-    if (down_until_.size() <= static_cast<size_t>(server)) down_until_.resize(server + 1);
-    down_until_[server] = until;
-  }
-  cv_.SignalAll();
+  MutexLock lock(&mu_);
+  if (down_until_.size() <= static_cast<size_t>(server)) down_until_.resize(server + 1);
+  down_until_[server] = until;
+  WakeAllLocked();
 }
 
 bool RequestTable::ExtendForDownServerLocked(Ticket ticket, TicketState* t) {
