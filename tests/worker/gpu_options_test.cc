@@ -68,6 +68,25 @@ TEST(GpuOptionsTest, PullThreadsAreCappedAtKMaxPullers) {
   EXPECT_EQ(o.ring, kMaxRing);
 }
 
+TEST(GpuOptionsTest, MoreThanFourPullersWithTheDeviceCacheAreRefused) {
+  config::JobConfig job = Job();
+  job.worker.cache.capacity_rows = 1000;
+  job.worker.pull_threads = kMaxDeviceCachePullers;
+  EXPECT_EQ(Resolve(job).pull_threads, kMaxDeviceCachePullers);
+  job.worker.pull_threads = kMaxDeviceCachePullers + 1;
+  auto o = ResolveGpuOptions(job, Shape());
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find("worker.pull_threads: 5"), std::string::npos) << o.status().ToString();
+  EXPECT_NE(o.status().message().find("worker.cache.index host"), std::string::npos) << o.status().ToString();
+  // The host index, and the device index without a cache (each step its own scratch slots), take them.
+  job.worker.cache.index = "host";
+  EXPECT_EQ(Resolve(job).pull_threads, kMaxDeviceCachePullers + 1);
+  job = Job();
+  job.worker.pull_threads = kMaxPullers;
+  EXPECT_EQ(Resolve(job).pull_threads, kMaxPullers);
+}
+
 TEST(GpuOptionsTest, CapacityRowsWinOverTheFraction) {
   config::JobConfig job = Job();
   job.worker.cache.capacity_rows = 777;

@@ -82,6 +82,13 @@ StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuMo
   o.ring = 2 + o.pull_threads;
   o.cache.pinned_steps = o.ring;
   OSPREY_RETURN_IF_ERROR(ResolveCache(job, sparse, &o));
+  if (o.device_index && o.device_cache.capacity_rows > 0 && o.pull_threads > kMaxDeviceCachePullers) {
+    return InvalidArgument("worker.pull_threads: " + std::to_string(o.pull_threads) +
+                           " pullers with worker.cache.index device and a cache: at most " +
+                           std::to_string(kMaxDeviceCachePullers) +
+                           " (more ended in non-finite gradients on an H100 and are refused until that is "
+                           "understood); use fewer, or worker.cache.index host");
+  }
   o.chunk_floats = shape.dense_chunk_floats > 0 ? shape.dense_chunk_floats : shape.num_dense_params;
   const size_t chunks_per_bucket =
       std::max<size_t>(1, job.worker.dense_bucket_bytes / (o.chunk_floats * sizeof(float)));

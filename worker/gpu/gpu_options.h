@@ -56,6 +56,11 @@ namespace osprey::worker::gpu {
 
 // Pull stages run on worker.pull_threads threads, at most this many.
 constexpr int kMaxPullers = 8;
+// With the device index and a cache (set-associative slots shared by the steps in flight), more
+// pullers than this are refused: 5 and 6 (a ring of 7-8 steps) ended in non-finite gradients on an
+// H100 (bench/results/2026-12-07-h100-s7-dlrm.md), not yet understood; 3 and 4 ran, as did 6 with
+// the host index or with no cache.
+constexpr int kMaxDeviceCachePullers = 4;
 // Steps in flight at most (2 + kMaxPullers).
 constexpr int kMaxRing = 2 + kMaxPullers;
 // Steps whose pushes may be unacknowledged while the next step pushes.
