@@ -192,13 +192,11 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
       return true;
     }
     // A large reply comes in parts of whole chunks (push_parts.h, "Pulls in parts").
-    std::vector<uint64_t> chunk_floats(route.ranges.size());
-    for (size_t i = 0; i < route.ranges.size(); ++i) chunk_floats[i] = route.ranges[i].second;
-    const std::vector<size_t> starts = PartStarts(chunk_floats, options_.pull_part_bytes, kMaxClientPushParts);
+    const std::vector<size_t> starts = PartStarts(route.chunk_floats, options_.pull_part_bytes, kMaxClientPushParts);
     for (size_t p = 0; p < starts.size(); ++p) {
       const size_t end = p + 1 < starts.size() ? starts[p + 1] : route.ranges.size();
       uint64_t floats = 0;
-      for (size_t i = starts[p]; i < end; ++i) floats += chunk_floats[i];
+      for (size_t i = starts[p]; i < end; ++i) floats += route.chunk_floats[i];
       Send(ticket, s, h, keys.Slice(starts[p] * sizeof(uint64_t), (end - starts[p]) * sizeof(uint64_t)), Buffer(),
            floats * sizeof(float), std::make_unique<DenseRangesSink>(out, &route, starts[p], end));
     }
@@ -221,11 +219,9 @@ bool Client::SendDenseRoute(Ticket ticket, const DenseCall& call, const DenseRou
   }
   if (encoder == nullptr && call.op == proto::OP_PUSH_DENSE && options_.push_part_bytes > 0 &&
       route.ranges.size() > 1) {
-    std::vector<uint64_t> chunk_floats(route.ranges.size());
-    for (size_t i = 0; i < route.ranges.size(); ++i) chunk_floats[i] = route.ranges[i].second;
     // The parts of a contiguous route are runs of it; of a scattered one, runs of its ranges.
-    if (SendPushParts(ticket, s, h, keys, v, PartStarts(chunk_floats, options_.push_part_bytes, kMaxClientPushParts),
-                      &chunk_floats, 0)) {
+    const std::vector<size_t> starts = PartStarts(route.chunk_floats, options_.push_part_bytes, kMaxClientPushParts);
+    if (SendPushParts(ticket, s, h, keys, v, starts, &route.chunk_floats, 0)) {
       return true;
     }
   }

@@ -25,6 +25,7 @@ std::vector<std::vector<DenseRoute>> RouteDenseTables(const proto::ShardMap& map
       for (size_t i = 0; i < chunks[s].size(); ++i) {
         const uint64_t first = chunks[s][i] * chunk, len = std::min(chunk, size - first);
         r.ranges.emplace_back(first, len);
+        r.chunk_floats.push_back(len);
         r.floats += len;
         r.contiguous = r.contiguous && (i == 0 || chunks[s][i] == chunks[s][i - 1] + 1);
       }

@@ -19,6 +19,7 @@ struct DenseRoute {
   int server = 0;
   Buffer keys;                                        // chunk ids (the keys frame), ascending
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (first float, floats) per chunk
+  std::vector<uint64_t> chunk_floats;                 // ranges[i].second: push / pull parts cut by it
   uint64_t floats = 0;                                // sum of the ranges' floats
   bool contiguous = true;                             // the chunks form one range of the table
 };
