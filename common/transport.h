@@ -11,7 +11,8 @@
 // arrived (stable for the life of the remote dialer, across reconnects).
 //
 // Threading: Start() spawns the transport's own I/O thread; every received Message is delivered
-// by calling the Handler on that thread, in arrival order per peer. The handler must not block
+// by calling the Handler on that thread -- or, while a caller is inside ReceiveUntil, on the
+// caller's thread -- one message at a time, in arrival order per peer. The handler must not block
 // for long (defer slow work and reply later with Send). Send() is thread-safe and may be called
 // from any thread, including from inside the handler. Stop() joins the I/O thread; after it
 // returns no handler runs. Messages queued but not yet written when Stop() is called are dropped.
@@ -22,6 +23,7 @@
 // wrapper (inproc_transport.h); MakeTransport below picks one.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -100,6 +102,19 @@ class Transport {
   virtual Status Send(Message msg) = 0;
 
   virtual TransportStats stats() const = 0;
+
+  // Optional: receives on the calling thread, running the handler there, until `done()` is true,
+  // `deadline` passes or Stop is called, while the I/O thread stands aside. A caller that would
+  // otherwise sleep until the I/O thread wakes it (a client waiting for its replies) saves that
+  // thread hop per reply. Returns false at once, having done nothing, when the transport cannot
+  // (the default), is not running, or another thread is already inside ReceiveUntil; the caller
+  // then waits as usual. `done` is called after each handled message: it must be cheap and must
+  // not call into the transport. Not from inside the handler.
+  virtual bool ReceiveUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
+    (void)done;
+    (void)deadline;
+    return false;
+  }
 };
 
 class InprocHub;  // inproc_transport.h

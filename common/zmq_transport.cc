@@ -11,15 +11,13 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 namespace osprey {
 namespace {
-
-// Receive passes take at most this many messages from one socket before moving to the next, so
-// one busy peer cannot starve the others.
-constexpr int kRecvBatch = 64;
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -70,6 +68,7 @@ ZmqTransport::ZmqTransport(const TransportOptions& options) : options_(options) 
   zmq_ctx_set(ctx_, ZMQ_IO_THREADS, options_.io_threads > 0 ? options_.io_threads : 1);
   zmq_ctx_set(ctx_, ZMQ_BLOCKY, 0);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  receiver_wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (options_.curve.enabled) zap_ = std::make_unique<ZapHandler>(ctx_, options_.curve.allowed);
   std::random_device rd;
   rng_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
@@ -83,6 +82,7 @@ ZmqTransport::~ZmqTransport() {
   }
   if (zap_ != nullptr) zap_->Stop();  // its sockets belong to ctx_
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (receiver_wake_fd_ >= 0) ::close(receiver_wake_fd_);
   zmq_ctx_term(ctx_);
 }
 
@@ -123,7 +123,7 @@ void* ZmqTransport::NewSocket(int type, bool curve, bool fixed_identity) {
 void ZmqTransport::AddSocket(void* socket, SocketKind kind, PeerId peer) {
   sockets_.push_back(socket);
   socket_entries_.push_back(SocketEntry{kind, peer});
-  sockets_changed_ = true;
+  ++sockets_generation_;
 }
 
 void ZmqTransport::RemoveSocket(void* socket) {
@@ -131,16 +131,18 @@ void ZmqTransport::RemoveSocket(void* socket) {
     if (sockets_[i] != socket) continue;
     sockets_.erase(sockets_.begin() + i);
     socket_entries_.erase(socket_entries_.begin() + i);
-    sockets_changed_ = true;
+    ++sockets_generation_;
     zmq_close(socket);
     return;
   }
 }
 
-void ZmqTransport::Wake() {
+void ZmqTransport::Wake() { WakeFd(wake_fd_); }
+
+void ZmqTransport::WakeFd(int fd) {
   uint64_t one = 1;
-  ssize_t n = ::write(wake_fd_, &one, sizeof(one));
-  (void)n;  // EAGAIN only when the counter is saturated: the I/O thread is awake anyway
+  ssize_t n = ::write(fd, &one, sizeof(one));
+  (void)n;  // EAGAIN only when the counter is saturated: the thread is awake anyway
 }
 
 StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
@@ -164,7 +166,7 @@ StatusOr<std::string> ZmqTransport::Listen(const std::string& endpoint) {
     }
     sockets_.insert(sockets_.begin(), router_);
     socket_entries_.insert(socket_entries_.begin(), SocketEntry{SocketKind::kRouter, -1});
-    sockets_changed_ = true;
+    ++sockets_generation_;
   }
   if (zmq_bind(router_, endpoint.c_str()) != 0) return ZmqBindError(endpoint, zmq_errno());
   struct stat st;
@@ -242,7 +244,7 @@ Status ZmqTransport::Start() {
   MutexLock lock(&mu_);
   if (started_ || stopped_) return FailedPrecondition("zmq transport: Start called twice");
   if (!handler_) return FailedPrecondition("zmq transport: Start without a handler");
-  if (ctx_ == nullptr || wake_fd_ < 0) return Internal("zmq transport: no context or eventfd");
+  if (ctx_ == nullptr || wake_fd_ < 0 || receiver_wake_fd_ < 0) return Internal("zmq transport: no context or eventfd");
   started_ = true;
   io_thread_ = std::thread([this] { Run(); });
   return Status::OK();
@@ -250,7 +252,15 @@ Status ZmqTransport::Start() {
 
 void ZmqTransport::Stop() {
   stop_requested_.store(true);
-  if (std::this_thread::get_id() == io_thread_id_.load()) return;  // from the handler
+  const std::thread::id me = std::this_thread::get_id();
+  if (me == io_thread_id_.load() || me == receiver_thread_id_.load()) return;  // from the handler
+  // A caller inside ReceiveUntil leaves at its next check; Stop then keeps the lease for good,
+  // so none enters again and the sockets can be closed.
+  for (int expected = kLeaseFree; !lease_.compare_exchange_strong(expected, kLeaseStopped); expected = kLeaseFree) {
+    if (expected == kLeaseStopped) break;
+    WakeFd(receiver_wake_fd_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   Wake();
   if (io_thread_.joinable()) io_thread_.join();
   MutexLock lock(&mu_);
@@ -368,7 +378,10 @@ Status ZmqTransport::Send(Message msg) {
       }
     }
   }
-  if (wake) Wake();
+  if (wake) {  // whoever receives now: a caller inside ReceiveUntil, else the I/O thread
+    if (lease_.load() == kLeaseReceiver) WakeFd(receiver_wake_fd_);
+    if (lease_.load() != kLeaseReceiver) Wake();
+  }
   if (err != 0) {
     counters_.send_failures.fetch_add(1, std::memory_order_relaxed);
     std::string where = "zmq transport: send to peer " + std::to_string(msg.peer) + ": ";
@@ -480,61 +493,6 @@ bool ZmqTransport::ReceiveOne(void* socket, SocketEntry entry, Message* out, boo
   counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_received.fetch_add(out->bytes(), std::memory_order_relaxed);
   return true;
-}
-
-void ZmqTransport::Run() {
-  io_thread_id_.store(std::this_thread::get_id());
-  std::vector<void*> sockets;
-  std::vector<SocketEntry> socket_entries;
-  std::vector<pollfd> fds;
-  while (!stop_requested_.load()) {
-    {
-      MutexLock lock(&mu_);
-      if (sockets_changed_ || fds.empty()) {
-        sockets = sockets_;
-        socket_entries = socket_entries_;
-        fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
-        for (void* s : sockets) {
-          int fd = -1;
-          size_t len = sizeof(fd);
-          zmq_getsockopt(s, ZMQ_FD, &fd, &len);
-          fds.push_back(pollfd{fd, POLLIN, 0});
-        }
-        sockets_changed_ = false;
-      }
-    }
-    // Take messages until every socket reports none pending: only then is it safe to sleep on
-    // the ZMQ_FDs, which signal changes, not readiness.
-    bool progress = true, reload = false;
-    while (progress && !reload && !stop_requested_.load()) {
-      progress = false;
-      for (size_t i = 0; i < sockets.size() && !reload; ++i) {
-        for (int k = 0; k < kRecvBatch && !stop_requested_.load(); ++k) {
-          Message msg;
-          bool valid = false;
-          {
-            MutexLock lock(&mu_);
-            // A session change may have closed a socket of this list: take the new one first.
-            if (sockets_changed_) {
-              reload = true;
-              break;
-            }
-            if (!ReceiveOne(sockets[i], socket_entries[i], &msg, &valid)) break;
-          }
-          progress = true;
-          if (valid) handler_(std::move(msg));
-        }
-      }
-    }
-    if (stop_requested_.load()) break;
-    if (reload) continue;
-    if (::poll(fds.data(), fds.size(), -1) > 0 && (fds[0].revents & POLLIN)) {
-      uint64_t count;
-      ssize_t n = ::read(wake_fd_, &count, sizeof(count));
-      (void)n;
-    }
-  }
-  io_thread_id_.store(std::thread::id());
 }
 
 TransportStats ZmqTransport::stats() const {

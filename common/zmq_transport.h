@@ -29,6 +29,13 @@
 // wake-up, a Send from a thread other than the I/O thread checks ZMQ_EVENTS afterwards and wakes
 // the I/O thread through the eventfd when input became pending.
 //
+// ReceiveUntil (a client's Wait): the waiting thread takes the receive lease and receives itself,
+// so a reply wakes it straight from ZeroMQ instead of through the I/O thread (one cross-CPU wake
+// less per reply). While the lease is held the I/O thread takes no message and sleeps on its
+// eventfd alone; messages are taken and handled under handle_mu_ by whichever thread receives,
+// so the handler never runs twice at once and per-peer order holds. Releasing the lease wakes
+// the I/O thread, which drains what is left (zmq_transport_receive.cc).
+//
 // CURVE (options.curve.enabled, zmq_curve.h): the ROUTER is a CURVE server whose ZapHandler is
 // started on this transport's context before the first bind (Listen fails when it cannot be), so
 // only the listed keys connect, and each received message carries its sender's role
@@ -56,8 +63,12 @@
 // peer is no longer connected (the message is counted in stats().send_failures).
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -100,6 +111,9 @@ class ZmqTransport final : public Transport {
   // Thread-safe; see the header comment for errors beyond the interface's.
   Status Send(Message msg) override;
   TransportStats stats() const override;
+  // See the header comment; false while another thread receives this way, before Start and
+  // after Stop, and on the I/O thread.
+  bool ReceiveUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) override;
 
   // Sealed data plane: the port of the plain ROUTER ("" when none: no CURVE, or no tcp Listen),
   // and how many sealed messages opened (tests and benchmarks check that it is in use).
@@ -157,8 +171,26 @@ class ZmqTransport final : public Transport {
                   void* const* parts, size_t* sizes, PeerId* peer) REQUIRES(mu_);
   void RefuseSealed(const Status& why);
   PeerId ListenerPeer(const std::string& routing_id, void* socket) REQUIRES(mu_);
-  void Wake();
+  // The sockets as one receiver (the I/O thread, or a caller in ReceiveUntil) polls them: rebuilt
+  // when sockets_generation_ moved. fds[0] is the receiver's eventfd.
+  struct ReceiverView {
+    uint64_t generation = ~uint64_t{0};
+    std::vector<void*> sockets;
+    std::vector<SocketEntry> entries;
+    std::vector<pollfd> fds;
+  };
+  enum class Pass { kEmpty, kProgress, kHalted, kReload };
+  // The receive lease (lease_): free, held by a caller in ReceiveUntil, or taken by Stop for good.
+  static constexpr int kLeaseFree = 0, kLeaseReceiver = 1, kLeaseStopped = 2;
+
+  void Wake();  // the I/O thread
+  static void WakeFd(int fd);
   void Run();  // the I/O thread
+  void LoadView(ReceiverView* v, int wake_fd) REQUIRES(mu_);
+  // One pass over v's sockets: takes and handles up to kRecvBatch messages of each, in order.
+  // kHalted as soon as `halt()` is true (checked under handle_mu_ before each take), kReload
+  // when the socket list changed, else whether any message was taken.
+  Pass DrainPass(ReceiverView* v, const std::function<bool()>& halt);
   // Takes at most one message off `socket`; dealer_peer is the DEALER's PeerId, or
   // -1 for the ROUTER. Returns false when none is pending; true otherwise, with *valid telling
   // whether *out holds a well-formed message (a malformed one is counted and dropped).
@@ -168,17 +200,23 @@ class ZmqTransport final : public Transport {
   const TransportOptions options_;
   void* ctx_ = nullptr;
   int wake_fd_ = -1;  // eventfd: Stop, a new socket, input pending after a Send
+  int receiver_wake_fd_ = -1;  // eventfd of the caller in ReceiveUntil: the same, and Stop
   Handler handler_;   // set before Start, then read only by the I/O thread
   std::unique_ptr<ZapHandler> zap_;  // CURVE only; set in the constructor, started by Listen
   std::thread io_thread_;
   std::atomic<std::thread::id> io_thread_id_{};
   std::atomic<bool> stop_requested_{false};
+  std::atomic<int> lease_{kLeaseFree};
+  std::atomic<std::thread::id> receiver_thread_id_{};  // the caller in ReceiveUntil
   Counters counters_;
+
+  // Held by the receiving thread from taking a message until its handler returned.
+  Mutex handle_mu_;  // taken before mu_
 
   mutable Mutex mu_;  // guards every ZeroMQ socket call and the fields below
   bool started_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
-  bool sockets_changed_ GUARDED_BY(mu_) = false;
+  uint64_t sockets_generation_ GUARDED_BY(mu_) = 0;  // moves when sockets_ changes
   void* router_ GUARDED_BY(mu_) = nullptr;
   std::vector<void*> sockets_ GUARDED_BY(mu_);  // router first (if any), then DEALERs
   std::vector<SocketEntry> socket_entries_ GUARDED_BY(mu_);  // per sockets_ entry

@@ -56,6 +56,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("max_inflight", &job->client.max_inflight, 1, 1 << 16);
     s.Get("push_part_bytes", &job->client.push_part_bytes, 0, uint64_t{1} << 30);
     s.Get("pull_part_bytes", &job->client.pull_part_bytes, 0, uint64_t{1} << 30);
+    s.Get("receive_in_wait", &job->client.receive_in_wait);
   });
   f.Section("worker", [&](YamlFields& s) {
     s.Get("device", &job->worker.device, {"cpu", "cuda", "auto"});

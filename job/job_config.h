@@ -62,6 +62,9 @@ struct ClientSection {
   // for in parts of about this size, so the server reads one part's rows while the previous
   // part's reply is on the wire (worker/client/push_parts.h); 0: never.
   uint64_t pull_part_bytes = 1 << 20;
+  // A thread waiting for replies takes them off the sockets itself when no other thread is doing
+  // so, instead of sleeping until the client's I/O thread wakes it (worker/client/client.h).
+  bool receive_in_wait = true;
 };
 
 // How osprey-worker computes: on the CPU or on a CUDA device, with a hot-row cache and prefetch

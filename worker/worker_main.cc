@@ -283,6 +283,7 @@ int main(int argc, char** argv) {
   copts.max_inflight = job.client.max_inflight;
   copts.push_part_bytes = job.client.push_part_bytes;
   copts.pull_part_bytes = job.client.pull_part_bytes;
+  copts.receive_in_wait = job.client.receive_in_wait;
   copts.incarnation = ProcessIncarnation();
   copts.replace_timeout_ms = job.cluster.server_replace_timeout_ms;
   // Data plane per cluster.transport (rdma too); the coordinator stays on ZeroMQ (data_transport.h).

@@ -35,16 +35,6 @@ Buffer GradBuffer(size_t floats) {
   return b;
 }
 
-// Waits every ticket (each must be waited exactly once) and returns the first error.
-Status WaitAll(worker::Client* client, const std::vector<worker::Ticket>& tickets) {
-  Status first;
-  for (worker::Ticket t : tickets) {
-    Status s = client->Wait(t);
-    if (first.ok() && !s.ok()) first = s;
-  }
-  return first;
-}
-
 // Times `push`, `pull` or one after the other, as `op` says.
 StatusOr<OpTiming> TimePushPull(BenchOp op, const std::function<Status()>& push,
                                 const std::function<Status()>& pull,
@@ -114,12 +104,13 @@ StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions
 
 StatusOr<std::unique_ptr<OspreyBench>> OspreyBench::Connect(const proto::ShardMap& map,
                                                             const TransportOptions& transport_options,
-                                                            PartBytes parts) {
+                                                            ClientTuning parts) {
   OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, MakeTransport(transport_options));
   worker::ClientOptions options;
   options.timeout_ms = 60000;
   options.push_part_bytes = parts.push;
   options.pull_part_bytes = parts.pull;
+  options.receive_in_wait = parts.receive_in_wait;
   auto client = std::make_unique<worker::Client>(options, std::move(transport), map);
   OSPREY_RETURN_IF_ERROR(client->Start());
   return std::unique_ptr<OspreyBench>(new OspreyBench(std::move(client)));
@@ -163,7 +154,7 @@ StatusOr<OpTiming> OspreyBench::PipelinedPush(const std::string& table_name, int
   worker::Client* c = client_.get();
   return TimeOp([&] {
     for (worker::Ticket& t : tickets) t = c->PushDense(id, grads);
-    return WaitAll(c, tickets);
+    return c->WaitAll(tickets);
   }, options);
 }
 

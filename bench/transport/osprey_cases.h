@@ -79,10 +79,12 @@ struct OpTiming {
 StatusOr<OpTiming> TimeOp(const std::function<Status()>& op, const TimingOptions& options);
 
 
-// The client's ClientOptions::push_part_bytes and pull_part_bytes (0: never in parts).
-struct PartBytes {
+// The client's ClientOptions::push_part_bytes and pull_part_bytes (0: never in parts), and
+// receive_in_wait.
+struct ClientTuning {
   size_t push = 0;
   size_t pull = 0;
+  bool receive_in_wait = true;
 };
 
 class OspreyBench {
@@ -91,7 +93,7 @@ class OspreyBench {
   // server(s) of `map`.
   static StatusOr<std::unique_ptr<OspreyBench>> Connect(const proto::ShardMap& map,
                                                         const TransportOptions& options = {},
-                                                        PartBytes parts = {});
+                                                        ClientTuning parts = {});
   ~OspreyBench();
 
   // Dense table `table_name` (its whole size): kPush, kPull, kPullBuffer or kPushPull.

@@ -64,7 +64,7 @@ struct Plan {
   bool pipelined_only = false;
   bool sparse_only = false;
   std::vector<std::string> sparse_ops;  // empty: all of them
-  PartBytes parts{1 << 20, 1 << 20};  // the job defaults (client.push_part_bytes, pull_part_bytes)
+  ClientTuning parts{1 << 20, 1 << 20, true};  // the job defaults (client.push_part_bytes, pull_part_bytes)
   TimingOptions timing;
 };
 
@@ -308,6 +308,9 @@ int Main(int argc, char** argv) {
   app.add_option("--pull-part-bytes", pull_part_bytes, "the client's pull_part_bytes: pulls whose reply "
                  "has at least twice this go in parts (default 1 MiB, the job default; 0: never)")
       ->check(part_range);
+  bool no_receive_in_wait = false;
+  app.add_flag("--no-receive-in-wait", no_receive_in_wait, "the client's receive_in_wait off: every reply is "
+               "taken by its I/O thread, which wakes the waiting thread");
   int server_apply_threads = 1;
   app.add_option("--server-apply-threads", server_apply_threads, "the server's "
                  "cluster.server_apply_threads (default 1)")
@@ -367,7 +370,7 @@ int Main(int argc, char** argv) {
   plan.dense_only = dense_only;
   plan.pipelined_only = pipelined_only;
   plan.sparse_only = sparse_only;
-  plan.parts = {push_part_bytes, pull_part_bytes};
+  plan.parts = {push_part_bytes, pull_part_bytes, !no_receive_in_wait};
   const std::vector<config::TableConfig> tables = BenchTables(plan);
 
   std::string keys_dir;

@@ -49,6 +49,7 @@ StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const ConnectOptions& op
   copts.max_inflight = cfg.client.max_inflight;
   copts.push_part_bytes = cfg.client.push_part_bytes;
   copts.pull_part_bytes = cfg.client.pull_part_bytes;
+  copts.receive_in_wait = cfg.client.receive_in_wait;
   OSPREY_ASSIGN_OR_RETURN(std::unique_ptr<Transport> dt, MakeTransport(data_options));
   jc->client_ = std::make_unique<worker::Client>(copts, std::move(dt), reg->shard_map());
   OSPREY_RETURN_IF_ERROR(jc->client_->Start());

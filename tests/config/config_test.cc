@@ -334,6 +334,17 @@ TEST(JobConfigTest, PullPartBytesDefaultsToOneMebibyteAndRejectsBadValues) {
   ExpectError(kMinimal, {"client.pull_part_bytes=1.5"}, "client.pull_part_bytes");
 }
 
+// client.receive_in_wait (worker/client/client.h): on by default, a boolean.
+TEST(JobConfigTest, ReceiveInWaitDefaultsToOnAndTakesOnlyABoolean) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml", {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->client.receive_in_wait);
+  auto off = ParseJobConfig(kMinimal, "test.yaml", {"client.receive_in_wait=false"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->client.receive_in_wait);
+  ExpectError(kMinimal, {"client.receive_in_wait=sometimes"}, "client.receive_in_wait");
+}
+
 // The threads a server spreads a merged window's apply over (server/apply_pool.h).
 TEST(JobConfigTest, ServerApplyThreadsDefaultsToOneAndRejectsBadValues) {
   auto job = ParseJobConfig(kMinimal, "test.yaml", {});

@@ -13,7 +13,12 @@ Client::Client(const ClientOptions& options, std::unique_ptr<Transport> transpor
       router_(map_.server_endpoints_size()),
       dense_routes_(RouteDenseTables(map_)),
       requests_(options.timeout_ms, options.max_inflight, map_.tables_size(),
-                [this](proto::Op op, uint32_t table) { return Describe(op, table); }) {
+                [this](proto::Op op, uint32_t table) { return Describe(op, table); },
+                options.receive_in_wait ? RequestTable::ReceiveHere([this](const std::function<bool()>& done,
+                                                                          std::chrono::steady_clock::time_point until) {
+                  return transport_->ReceiveUntil(done, until);
+                })
+                                        : nullptr) {
   epoch_.store(map_.epoch());
   MutexLock lock(&codec_mu_);
   encoders_.resize(map_.tables_size());

@@ -71,6 +71,10 @@ struct ClientOptions {
   // wire), so the server reads part p + 1's rows while part p's reply is on the wire (push_parts.h;
   // job YAML client.pull_part_bytes, default 1 MiB). 0: never (the library default).
   size_t pull_part_bytes = 0;
+  // Wait takes the replies itself when no other thread is doing so (Transport::ReceiveUntil):
+  // a reply then wakes the waiting thread straight from the transport, not through its I/O
+  // thread. Off: replies are always taken by the I/O thread, which wakes the waiter.
+  bool receive_in_wait = true;
 };
 
 // One call on a dense table: what PullDense / PushDense / InitDense build, for callers that need
@@ -201,6 +205,9 @@ class Client {
   Ticket InitDense(uint32_t table, const float* values);
 
   Status Wait(Ticket ticket);
+  // Waits every one of `tickets` (none may be waited otherwise); the first error, or OK. Cheaper
+  // than a Wait per ticket for many requests in flight (RequestTable::WaitAll).
+  Status WaitAll(const std::vector<Ticket>& tickets) { return requests_.WaitAll(tickets); }
   // True once Wait(ticket) would return at once; false after `max_ms` (RequestTable::WaitReady).
   bool WaitReady(Ticket ticket, int max_ms) { return requests_.WaitReady(ticket, max_ms); }
 

@@ -4,8 +4,12 @@
 
 namespace osprey::worker {
 
-RequestTable::RequestTable(int timeout_ms, int max_inflight, size_t num_tables, Describe describe)
-    : timeout_ms_(timeout_ms), max_inflight_(max_inflight), describe_(std::move(describe)) {
+RequestTable::RequestTable(int timeout_ms, int max_inflight, size_t num_tables, Describe describe,
+                           ReceiveHere receive_here)
+    : timeout_ms_(timeout_ms),
+      max_inflight_(max_inflight),
+      describe_(std::move(describe)),
+      receive_here_(std::move(receive_here)) {
   MutexLock lock(&mu_);
   versions_.assign(num_tables, 0);
   stats_.bytes_pushed_by_table.assign(num_tables, 0);
@@ -164,11 +168,21 @@ Status RequestTable::Wait(Ticket ticket) {
     auto it = tickets_.find(ticket);
     if (it == tickets_.end()) return InvalidArgument("unknown or already waited ticket");
     TicketState* t = it->second.get();
+    if (receive_here_ && !FinishedLocked(*t)) {
+      // The ticket stays in tickets_ (only this Wait erases it), so t stays valid meanwhile.
+      const Clock::time_point deadline = t->deadline;
+      lock.Unlock();
+      receive_here_(
+          [this, t] {
+            MutexLock relock(&mu_);
+            return FinishedLocked(*t);
+          },
+          deadline);
+      lock.Lock();
+    }
     bool finished = false;
     do {
-      finished = t->done.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) {
-        return t->remaining == 0 || !t->status.ok() || stopped_;
-      });
+      finished = t->done.WaitUntil(&lock, t->deadline, [&]() REQUIRES(mu_) { return FinishedLocked(*t); });
     } while (!finished && t->status.ok() && ExtendForDownServerLocked(ticket, t));
     if (!finished && t->status.ok()) {
       t->status = DeadlineExceeded(describe_(t->op, t->table) + ": no reply within " +
@@ -188,6 +202,36 @@ Status RequestTable::Wait(Ticket ticket) {
     for (const std::unique_ptr<Request>& r : arrived) r->sink->Deliver(std::move(r->reply));
   }
   return result;
+}
+
+Status RequestTable::WaitAll(const std::vector<Ticket>& tickets) {
+  if (receive_here_ && !tickets.empty()) {
+    Clock::time_point deadline = Clock::time_point::max();
+    {
+      MutexLock lock(&mu_);
+      for (Ticket ticket : tickets) {
+        auto it = tickets_.find(ticket);
+        if (it != tickets_.end()) deadline = std::min(deadline, it->second->deadline);
+      }
+    }
+    size_t next = 0;  // tickets before it finished (they stay finished)
+    receive_here_(
+        [&] {
+          MutexLock lock(&mu_);
+          for (; next < tickets.size(); ++next) {
+            auto it = tickets_.find(tickets[next]);
+            if (it != tickets_.end() && !FinishedLocked(*it->second)) return false;
+          }
+          return true;
+        },
+        deadline);
+  }
+  Status first;
+  for (Ticket ticket : tickets) {
+    Status s = Wait(ticket);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
 }
 
 bool RequestTable::WaitReady(Ticket ticket, int max_ms) {

@@ -15,7 +15,8 @@
 // timeout or the window stayed full for it, Aborted after Stop). Each names the call
 // (`describe`) and, where there is one, the server.
 //
-// Thread-safety: every method is thread-safe; OnReply is called on the transport's I/O thread.
+// Thread-safety: every method is thread-safe; OnReply is called on the transport's I/O thread, or
+// on a waiting thread inside receive_here.
 // Every ticket must be waited on exactly once.
 #pragma once
 
@@ -61,8 +62,17 @@ class RequestTable {
   // Names a call for error messages ("dense push to table 'mlp'"); built only for errors.
   using Describe = std::function<std::string(proto::Op op, uint32_t table)>;
 
+  // Receives replies on the calling thread until done() or the deadline (Transport::ReceiveUntil);
+  // false when it cannot now.
+  using ReceiveHere =
+      std::function<bool(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline)>;
+
   // `num_tables`: versions are kept for table ids below it. `describe` must outlive the table.
-  RequestTable(int timeout_ms, int max_inflight, size_t num_tables, Describe describe);
+  // With `receive_here`, a Wait whose ticket is not finished first tries to take the replies
+  // itself (they then come to OnReply on the waiting thread), and sleeps on its condition
+  // variable only when it cannot (another thread receives so) or the deadline passed.
+  RequestTable(int timeout_ms, int max_inflight, size_t num_tables, Describe describe,
+               ReceiveHere receive_here = nullptr);
 
   // A new ticket for one call; its deadline is now + timeout. A non-OK `immediate` fails it at
   // once (Wait returns it), as does a stopped table (Aborted).
@@ -90,6 +100,10 @@ class RequestTable {
   // (DeadlineExceeded), or Stop (Aborted); then delivers the replies (when OK) and forgets the
   // ticket. InvalidArgument for an unknown or already waited ticket.
   Status Wait(Ticket ticket) EXCLUDES(mu_);
+  // Wait on each of `tickets` (each must not be waited otherwise); the first error, or OK. With
+  // receive_here the replies of all of them are taken in one go, so a caller with many requests
+  // in flight (pipelined pushes) takes the receiving over once, not once per ticket.
+  Status WaitAll(const std::vector<Ticket>& tickets) EXCLUDES(mu_);
   // Blocks until Wait(ticket) would not block (every message answered, a failure, the ticket's
   // deadline, Stop, or an unknown ticket) or `max_ms` passed; true in the first case. Lets a
   // caller wait in slices (e.g. the Python binding, which checks for Ctrl-C between them).
@@ -142,6 +156,9 @@ class RequestTable {
   };
 
   void FailLocked(TicketState* t, const Status& s) REQUIRES(mu_);
+  bool FinishedLocked(const TicketState& t) const REQUIRES(mu_) {
+    return t.remaining == 0 || !t.status.ok() || stopped_;
+  }
   // Wakes every ticket's waiter and the Admit waiters (Stop, a server's state changed).
   void WakeAllLocked() REQUIRES(mu_);
   // Forgets the ticket's unanswered requests (late replies are then dropped).
@@ -152,6 +169,7 @@ class RequestTable {
   const int timeout_ms_;
   const int max_inflight_;
   const Describe describe_;
+  const ReceiveHere receive_here_;
 
   mutable Mutex mu_;
   // Admit's, waiting for a free slot in the in-flight window: signalled when one is freed and on
