@@ -67,6 +67,7 @@ void ParseRoot(YamlFields& f, JobConfig* job) {
     s.Get("data_pool_batches", &job->worker.data_pool_batches, 0, 1 << 16);
     s.Get("plan_threads", &job->worker.plan_threads, 1, 64);
     s.Get("pull_threads", &job->worker.pull_threads, 1, 8);
+    s.Get("check_pulls", &job->worker.check_pulls);
     s.Get("nccl", &job->worker.nccl);
     s.Get("host_allreduce", &job->worker.host_allreduce, {"nccl", "ipc", "auto"});
     s.Get("dense_bucket_bytes", &job->worker.dense_bucket_bytes, 4096, uint64_t{1} << 34);

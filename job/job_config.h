@@ -92,6 +92,8 @@ struct WorkerSection {
                                // samples every step
   int plan_threads = 4;        // GPU: threads planning the row cache (its index is sharded by key)
   int pull_threads = 3;        // GPU: threads pulling consecutive steps' misses concurrently
+  bool check_pulls = false;    // GPU: fill what a pull must write with NaN first and check every
+                               // pulled and gathered value afterwards (a diagnosis mode: slower)
   bool nccl = true;            // GPU workers on one host reduce dense gradients over NCCL and
                                // each pushes and pulls only the servers it owns (gpu_trainer.h)
   // How a host group reduces a dense bucket (worker/gpu/allreduce_choice.h): nccl (reduce to the

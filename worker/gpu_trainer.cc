@@ -150,6 +150,11 @@ StepSizes GpuTrainer::sizes() const {
 
 Status GpuTrainer::InitBuffers() {
   OSPREY_RETURN_IF_ERROR(AllocateDevice<float>(&d_cache_, CacheSlots(opt_) * dim_, "row cache"));
+  if (opt_.check_pulls) {  // every slot NaN until a pull writes it (step_checks.cc)
+    OSPREY_CUDA_RETURN_IF_ERROR(cudaMemset(d_cache_.data(), 0xFF, CacheSlots(opt_) * dim_ * sizeof(float)));
+    OSPREY_RETURN_IF_ERROR(AllocateDevice<int32_t>(&d_check_, 1, "check count"));
+    OSPREY_RETURN_IF_ERROR(AllocatePinned<int32_t>(&h_check_, 1, "check count"));
+  }
   // Dedupe and the grouping by server run one after the other on plan_stream_: one workspace.
   const int max_ids = static_cast<int>(opt_.max_ids);
   workspace_bytes_ = std::max(cuda::DedupeWorkspaceBytes(max_ids),

@@ -345,6 +345,17 @@ TEST(JobConfigTest, ReceiveInWaitDefaultsToOnAndTakesOnlyABoolean) {
   ExpectError(kMinimal, {"client.receive_in_wait=sometimes"}, "client.receive_in_wait");
 }
 
+// worker.check_pulls (worker/gpu/step_checks.cc): off by default, a boolean.
+TEST(JobConfigTest, CheckPullsDefaultsToOffAndTakesOnlyABoolean) {
+  auto job = ParseJobConfig(kMinimal, "test.yaml", {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_FALSE(job->worker.check_pulls);
+  auto on = ParseJobConfig(kMinimal, "test.yaml", {"worker.check_pulls=true"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->worker.check_pulls);
+  ExpectError(kMinimal, {"worker.check_pulls=2"}, "worker.check_pulls");
+}
+
 // The threads a server spreads a merged window's apply over (server/apply_pool.h).
 TEST(JobConfigTest, ServerApplyThreadsDefaultsToOneAndRejectsBadValues) {
   auto job = ParseJobConfig(kMinimal, "test.yaml", {});

@@ -165,6 +165,21 @@ TEST(GpuWorkerTest, SmallDenseBucketsAndThreePullersGiveTheSameModelInBsp) {
   EXPECT_NEAR(JsonNumber(one.json, "logloss"), JsonNumber(many.json, "logloss"), 0.001);
 }
 
+// worker.check_pulls finds every pulled and gathered value written in a correct run -- eight
+// pullers (ten steps in flight) with the device index and a cache that evicts -- and the checks
+// change no value: the run is the unchecked one.
+TEST(GpuWorkerTest, CheckPullsFindsEveryValueWrittenWithEightPullers) {
+  const std::string sets = std::string(kBsp) + " --set worker.device=cuda --set worker.cache.capacity_fraction=0.1"
+                           " --set worker.cache.staleness_bound=0 --set worker.pull_threads=8";
+  Launch plain = LaunchJob("gpu-check-off", sets + " --set worker.cache.index=host");
+  SKIP_WITHOUT_GPU(plain);
+  Launch checked = LaunchJob("gpu-check-on", sets + " --set worker.cache.index=host --set worker.check_pulls=true");
+  ASSERT_EQ(checked.rc, 0) << checked.output << checked.worker0;
+  EXPECT_EQ(checked.worker0.find("check_pulls"), std::string::npos) << checked.worker0;
+  EXPECT_EQ(JsonNumber(checked.json, "rows_pulled"), JsonNumber(plain.json, "rows_pulled"));
+  EXPECT_NEAR(JsonNumber(checked.json, "logloss"), JsonNumber(plain.json, "logloss"), 0.001);
+}
+
 // Dense top-k encoded on the device (worker/gpu/device_encoder.h) sends the frames the host
 // compressor sends for the same gradients (tests/worker/device_encoder_test.cc checks the bytes),
 // so in bsp the run must be the host-encoded run; the worker's log says where it encoded.

@@ -80,6 +80,7 @@ StatusOr<GpuOptions> ResolveGpuOptions(const config::JobConfig& job, const GpuMo
                  dense.consistency.mode != config::ConsistencyMode::kAsync;
   o.pull_threads = std::min(job.worker.pull_threads, kMaxPullers);
   o.ring = 2 + o.pull_threads;
+  o.check_pulls = job.worker.check_pulls;
   o.cache.pinned_steps = o.ring;
   OSPREY_RETURN_IF_ERROR(ResolveCache(job, sparse, &o));
   if (o.device_index && o.device_cache.capacity_rows > 0 && o.pull_threads > kMaxDeviceCachePullers) {

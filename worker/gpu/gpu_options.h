@@ -91,6 +91,7 @@ struct GpuOptions {
   std::string encode_why;         // for the log line: why it runs where it runs
   codec::ValueType row_cast = codec::ValueType::kFp32;  // kFp16 / kBf16: rows cast on the device
   codec::ValueType row_widen = codec::ValueType::kFp32;  // kFp16 / kBf16: pulled rows widened there
+  bool check_pulls = false;  // worker.check_pulls (step_checks.cc)
 };
 
 // "" when the GPU worker's device path (worker/gpu/device_encoder.h) encodes `config` exactly as

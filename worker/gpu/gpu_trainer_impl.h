@@ -128,6 +128,14 @@ class GpuTrainer final : public TrainLoop {
   // Main thread, after Compute synchronized the compute stream: adds the step's device stage
   // times (times_.device_*).
   Status CountDeviceTimes(const StepInput& in);
+  // worker.check_pulls (gpu/step_checks.cc): a puller fills what its pull must write with NaN
+  // (PoisonPullTargets) and afterwards finds every value finite (CheckPulled: the server never
+  // holds a non-finite value, so one left means the client did not deliver it); the cache rows
+  // start as NaN (InitBuffers) and the main thread finds every gathered value finite
+  // (CheckGathered: else a slot was read before a pull wrote it).
+  void PoisonPullTargets(StepInput* in, size_t rows) const;
+  Status CheckPulled(int64_t step, const StepInput& in, size_t rows) const;
+  Status CheckGathered(int64_t step, int rows);
   // Comm thread: for each stage as the main thread posts it, reduce (host group) and copy the
   // stage's gradients to the host on comm_stream_ -- or, with device encoding, enqueue the
   // encode of the servers whose last bucket it is (only their payloads are copied).
@@ -178,6 +186,8 @@ class GpuTrainer final : public TrainLoop {
   // Main thread's: the step's rows gathered from the cache, the probabilities, the loss.
   cuda::DeviceBuffer d_rows_, d_probs_, d_loss_;
   cuda::PinnedBuffer h_loss_;
+  cuda::DeviceBuffer d_check_;  // worker.check_pulls: the non-finite count of CheckGathered
+  cuda::PinnedBuffer h_check_;
   StepGradients grads_[2];      // step t's at t % 2
   StepInput inputs_[kMaxRing];  // step t's at t % ring; the first ring are used
   std::thread planner_, comm_thread_, pusher_;

@@ -102,12 +102,14 @@ Status GpuTrainer::PullStep(int64_t step, StepInput* in) {
   auto t3 = Clock::now();
   if (opt_.gate_pulls) OSPREY_RETURN_IF_ERROR(board_->WaitFor(kPushed, step - 1));
   const size_t m = in->num_misses;
+  if (opt_.check_pulls) PoisonPullTargets(in, m);
   // A failed pull fails the run, so the slots it left unfilled are never read.
   OSPREY_RETURN_IF_ERROR(exchange_.PullStep(step, in->miss_key_ptr, m, in->h_miss_rows.data(),
                                             in->h_params.as<float>(),
                                             host_group_ ? &host_group_->own_servers() : nullptr,
                                             &in->sparse_version, &in->dense_version, in->miss_server_counts,
                                             opt_.row_widen));
+  if (opt_.check_pulls) OSPREY_RETURN_IF_ERROR(CheckPulled(step, *in, m));
   rows_pulled_[puller] += m;
   const double pull_s = Since(t3);
   pull_seconds_[puller] += pull_s;
@@ -176,6 +178,7 @@ Status GpuTrainer::Compute(StepInput* in) {
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->gathered, compute_stream_));
   OSPREY_CUDA_RETURN_IF_ERROR(cudaEventRecord(in->compute_gathered, compute_stream_));
   board_->Reach(kGathered, step);
+  if (opt_.check_pulls) OSPREY_RETURN_IF_ERROR(CheckGathered(step, u));
 
   // Stage k < num_buckets is dense bucket k; stage num_buckets the row gradients.
   Status hook_status;

@@ -86,7 +86,28 @@ __global__ void ScatterWidenKernel(const uint16_t* __restrict__ in, const int32_
   }
 }
 
+__global__ void CountNonFiniteKernel(const float* __restrict__ in, int64_t n, int32_t* count) {
+  int32_t bad = 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    bad += isfinite(in[i]) ? 0 : 1;
+  }
+  if (bad != 0) atomicAdd(count, bad);
+}
+
 }  // namespace
+
+Status CountNonFinite(const float* d_in, int64_t n, int32_t* d_count, void* stream) {
+  if (n < 0) return InvalidArgument("CountNonFinite: n " + std::to_string(n) + " must be >= 0");
+  if (n == 0) return Status();
+  if (d_in == nullptr || d_count == nullptr) return InvalidArgument("CountNonFinite: null pointer");
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > 4096) blocks = 4096;
+  CountNonFiniteKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      d_in, n, d_count);
+  OSPREY_SPARSE_RETURN_IF_LAUNCH_FAILED();
+  return Status();
+}
 
 Status ScatterRowsWiden(const uint16_t* d_in, codec::ValueType type, const int32_t* d_slots, int n, int dim,
                         float* d_table, void* stream) {

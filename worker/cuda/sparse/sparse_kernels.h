@@ -69,6 +69,10 @@ Status GatherRows(const float* d_table, const int32_t* d_slots, int n, int dim, 
 // unspecified. Same preconditions, vectorization and errors as GatherRows.
 Status ScatterRows(const float* d_in, const int32_t* d_slots, int n, int dim, float* d_table, void* stream);
 
+// *d_count += the number of non-finite values among d_in[0, n) (atomically; the caller zeroes
+// it). InvalidArgument for n < 0 or a null pointer when n > 0; n == 0 does nothing.
+Status CountNonFinite(const float* d_in, int64_t n, int32_t* d_count, void* stream);
+
 // d_out[i] = the fp16 or bf16 bits of d_in[i], i < n: the row gradients cast on the device, bit
 // for bit codec::CastRowValues (round to nearest even, NaN stays NaN, a finite value beyond the
 // format's range saturates). Errors (InvalidArgument): n < 0, a type other than kFp16 / kBf16, a
