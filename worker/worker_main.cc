@@ -182,8 +182,7 @@ int TrainAndReport(worker::TrainLoop* trainer, coordinator::CoordinatorClient* c
   s = trainer->ResumeAt(resume_at);
   if (!s.ok()) return Fail(s, "resume");
   s = trainer->Run([rank](const worker::Progress& p) {
-    static_cast<void>(rank);  // the debug line may be compiled out
-    OSPREY_LOG_DEBUG("worker {} step {} loss {:.9g}", rank, p.step, p.loss);  // full precision: runs compare
+    OSPREY_LOG_INFO("worker {} step {} loss {:.9g}", rank, p.step, p.loss);  // full precision: runs compare
   });
   if (!s.ok()) return Fail(s, "training");
   worker::Progress p = trainer->progress();
