@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -167,20 +168,33 @@ double WithKills(const std::string& config, const std::string& dir) {
 
 // `auc_tolerance`: how far the AUC with kills may fall below the undisturbed run's (the issue: 0.003
 // for the native store; for redis "within noise", see its test). One-sided: the kills must not cost
-// AUC; async runs differ between identical runs by up to ~0.003 either way (thread timing), and a
-// killed run that came out better (CI: 0.7813 against 0.7779) lost nothing.
-void RunKillTest(const std::string& config, const std::string& name, double auc_tolerance = 0.003) {
+// AUC; a killed run that came out better (CI: 0.7813 against 0.7779) lost nothing.
+// `baseline_runs`: async runs differ between identical runs (thread timing): 15 undisturbed async
+// runs here gave 0.7795-0.7837 (and 14 killed ones 0.7796-0.7833, the same spread), so one
+// undisturbed run against one killed run missed 0.003 in about one run of 20 (0.7837 against
+// 0.7796). The baseline is the lowest of `baseline_runs` undisturbed runs: the kills must cost no
+// more than 0.003 below what the job gives undisturbed on an unlucky run.
+void RunKillTest(const std::string& config, const std::string& name, double auc_tolerance = 0.003,
+                 int baseline_runs = 1) {
   const bool redis = !g_store_sets.empty();
   if (redis) g_store_sets.push_back("store.redis.key_prefix=osprey-base");  // two runs, one Redis
-  const double base = Undisturbed(config, ::testing::TempDir() + "/osprey-failover-" + name + "-base");
+  double base = 2;
+  for (int r = 0; r < baseline_runs; ++r) {
+    const double auc =
+        Undisturbed(config, ::testing::TempDir() + "/osprey-failover-" + name + "-base" + std::to_string(r));
+    ASSERT_GT(auc, 0.5) << "the undisturbed run did not learn";
+    std::printf("%s: undisturbed run %d: AUC %.4f\n", name.c_str(), r + 1, auc);
+    base = std::min(base, auc);
+  }
   if (redis) g_store_sets.back() = "store.redis.key_prefix=osprey-kill";
-  ASSERT_GT(base, 0.5) << "the undisturbed run did not learn";
   const double killed = WithKills(config, ::testing::TempDir() + "/osprey-failover-" + name + "-kill");
   std::printf("%s: AUC undisturbed %.4f, with %d server kills %.4f\n", name.c_str(), base, kKills, killed);
   EXPECT_GE(killed, base - auc_tolerance);
 }
 
-TEST(ServerFailoverProcessTest, AsyncNativeSurvivesThreeServerKills) { RunKillTest("async.yaml", "async"); }
+TEST(ServerFailoverProcessTest, AsyncNativeSurvivesThreeServerKills) {
+  RunKillTest("async.yaml", "async", 0.003, /*baseline_runs=*/2);
+}
 
 TEST(ServerFailoverProcessTest, BspNativeSurvivesThreeServerKills) { RunKillTest("bsp.yaml", "bsp"); }
 
