@@ -59,7 +59,7 @@ def main():
     ap.add_argument('--min-share', type=float, default=1.0, help='hide threads under this %% of samples')
     a = ap.parse_args()
     stream = sys.stdin if a.script == '-' else open(a.script, errors='replace')
-    rows = [s for s in samples(stream)]
+    rows = list(samples(stream))
     if not rows:
         sys.exit('no samples: was it `perf script -F comm,pid,tid,time,ip,sym` of a `perf record -a`?')
     procs = {}
@@ -72,34 +72,36 @@ def main():
     busy = [r for r in rows if r[1] != 0]
     total = len(rows)
     counts = collections.Counter(r[2] for r in busy)
+    leaves = collections.Counter((r[2], r[4]) for r in busy)
     shown = {tid for tid, c in counts.items() if 100.0 * c / total >= a.min_share}
     print(f'{total} samples, {100.0 * (total - len(busy)) / total:.0f}% idle')
     for tid, c in counts.most_common():
         if tid not in shown:
             continue
-        top = collections.Counter(r[4] for r in busy if r[2] == tid).most_common(4)
-        print(f'  {names[tid]:28s} {100.0 * c / total:5.1f}%  ' + ', '.join(f'{s[:40]} {n * 100 // c}%' for s, n in top))
+        top = sorted(((n, leaf) for (t, leaf), n in leaves.items() if t == tid), reverse=True)[:4]
+        print(f'  {names[tid]:28s} {100.0 * c / total:5.1f}%  ' + ', '.join(f'{s[:40]} {n * 100 // c}%' for n, s in top))
+    # One pass puts each shown thread's samples in their time bin: the set of threads active per
+    # bin, and (for the listing) each one's first osprey frame.
     t0, t1 = rows[0][0], rows[-1][0]
     width = a.bin_us / 1e6
     nbins = int((t1 - t0) / width) + 1
     active = [set() for _ in range(nbins)]
-    for t, _, tid, _, _, _ in busy:
+    frames = [set() for _ in range(nbins)]
+    for t, _, tid, _, _, ours in busy:
         if tid in shown:
-            active[int((t - t0) / width)].add(tid)
+            b = int((t - t0) / width)
+            active[b].add(tid)
+            frames[b].add(f'{names[tid]}:{ours.split("(")[0][-36:]}')
     sets = collections.Counter(frozenset(s) for s in active)
     print(f'\nwall time by the threads active in {a.bin_us:g} us bins:')
     for s, c in sets.most_common(12):
         label = ' + '.join(sorted(names[t] for t in s)) or '(none of them)'
         print(f'  {100.0 * c / nbins:5.1f}%  {label}')
     if a.window > 0:
-        mid = t0 + (t1 - t0) / 2
+        first = nbins // 2
         print(f'\n{a.window:g} ms from the middle of the run:')
-        for i in range(int(a.window * 1000 / a.bin_us)):
-            lo = mid + i * width
-            act = sorted({f'{names[r[2]]}:{r[5].split("(")[0][-36:]}' for r in busy
-                          if lo <= r[0] < lo + width and r[2] in shown})
-            print(f'  {i * a.bin_us / 1000:7.2f} ms  ' + '  '.join(act))
-
+        for i in range(min(int(a.window * 1000 / a.bin_us), nbins - first)):
+            print(f'  {i * a.bin_us / 1000:7.2f} ms  ' + '  '.join(sorted(frames[first + i])))
 
 if __name__ == '__main__':
     main()

@@ -170,7 +170,7 @@ double WithKills(const std::string& config, const std::string& dir) {
 // for the native store; for redis "within noise", see its test). One-sided: the kills must not cost
 // AUC; a killed run that came out better (CI: 0.7813 against 0.7779) lost nothing.
 // `baseline_runs`: async runs differ between identical runs (thread timing): 15 undisturbed async
-// runs here gave 0.7795-0.7837 (and 14 killed ones 0.7796-0.7833, the same spread), so one
+// runs here gave 0.7795-0.7837 (and 45 killed ones 0.7796-0.7835, the same spread), so one
 // undisturbed run against one killed run missed 0.003 in about one run of 20 (0.7837 against
 // 0.7796). The baseline is the lowest of `baseline_runs` undisturbed runs: the kills must cost no
 // more than 0.003 below what the job gives undisturbed on an unlucky run.
